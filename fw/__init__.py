@@ -1,0 +1,1 @@
+"""Firmware: register-map client, path provisioning, weight manager."""

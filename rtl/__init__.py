@@ -1,0 +1,1 @@
+"""Amaranth components of the MRC NIC (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Simulation: RTL runners, host/memory models and (later) the fabric model."""
