@@ -1,0 +1,138 @@
+"""Layouts shared by the transmit and receive blocks of mrcnic.
+
+Every record that crosses a block boundary inside the NIC is one
+``amaranth.lib.data.Struct`` here, so producer and consumer cannot disagree.
+Widths are in bits; addresses in bytes.  Multi-byte wire fields are *not*
+stored in wire order here (these are internal records, not headers): a 128-bit
+``da`` holds the IPv6 address as an integer (bit 127 = first bit on the wire).
+
+Codepoints and limits come from ``mrcnic.wire`` (docs/wire-format.md).
+"""
+
+from amaranth.lib import data, enum
+
+__all__ = [
+    "MAX_PORTS", "MAX_QPS", "MAX_PATHS", "MAX_CARRIERS",
+    "EvState", "EvMode", "WrOpcode",
+    "PathEntry", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
+]
+
+MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
+MAX_QPS = 8          #: QP contexts in hardware (local QP index is 3 bits)
+MAX_PATHS = 256      #: path-table entries (entry index is 8 bits)
+MAX_CARRIERS = 4     #: uSID carriers per path: the DA plus up to 3 more in an SRH
+
+
+class EvState(enum.Enum, shape=2):
+    """EV state (OCP MRC 1.0): only GOOD entries carry data."""
+    GOOD = 0
+    ASSUMED_BAD = 1   #: set by the NIC on an ACK timeout (EV event raised)
+    DENIED = 2        #: set by the controller
+
+
+class EvMode(enum.Enum, shape=2):
+    """EV format profile mode (OCP MRC 1.0), fixed bit positions of wire format v1.
+
+    SRV6: DA = uSID carrier (+SRH), flow label = EV[19:0], UDP sport = 0xC000|EV[31:20].
+    STEV: DA = peer address,        flow label = EV[19:0], UDP sport = 0xC000|EV[31:20].
+    UDP:  DA = peer address,        flow label = 0,        UDP sport = 0xC000|EV[13:0].
+    """
+    SRV6 = 0
+    STEV = 1
+    UDP = 2
+
+
+class WrOpcode(enum.Enum, shape=1):
+    """Work-request opcode: MRC allows only RDMA Write and Write-with-Immediate."""
+    WRITE = 0
+    WRITE_IMM = 1
+
+
+class PathEntry(data.Struct):
+    """One path-table entry: an EV and how to reach the peer on it.
+
+    ``da`` is the DA the frame leaves with (SRV6: first uSID carrier; STEV/UDP:
+    the peer address).  With ``n_carriers`` > 1 the frame carries an SRH whose
+    segment list (wire order: Segment List[0] = last carrier ... [n-1] = first
+    carrier = ``da``) sits in the segment memory at ``seg_base``..``seg_base+n-1``.
+    ``weight`` is how many decisions this entry gets per scheduling round
+    (0 = none); copies of one EV are separate entries.
+    """
+    ev: 32
+    port: 3
+    state: EvState
+    weight: 8
+    n_carriers: 3
+    seg_base: 8
+    da: 128
+
+
+class Decision(data.Struct):
+    """Spray-scheduler output: the entry chosen for one packet."""
+    index: 8
+    entry: PathEntry
+
+
+class QpContext(data.Struct):
+    """Static per-QP transmit context (the dynamic next PSN lives in the segmenter).
+
+    ``dest_qpn`` goes into BTH.DestQP; ``profile_base``/``profile_count`` is
+    the QP's EV profile, a range of path-table entries; ``peer_usid`` is the
+    peer NIC's own uSID (the SRV6 arrival DA is block | peer_usid | 0, used
+    for the ICRC); ``start_psn`` is the first PSN the QP sends.
+    """
+    dest_qpn: 24
+    start_psn: 24
+    mode: EvMode
+    profile_base: 8
+    profile_count: 9
+    peer_usid: 16
+    rkey_check: 1     # reserved
+
+
+class NicGlobals(data.Struct):
+    """NIC-wide transmit settings (per-port next-hop MACs are a separate array)."""
+    src_mac: 48
+    src_ip: 128
+    dscp: 6
+    pmtu_log2: 4      #: RoCE path MTU = 2**pmtu_log2 bytes of payload (8..12: 256..4096)
+
+
+class WorkRequest(data.Struct):
+    """Host work request (stream into the segmenter).
+
+    ``local_addr`` is the byte address of the source data in host memory and
+    must be 8-byte aligned; ``length`` is 1..2**31 bytes; ``imm`` is used by
+    WRITE_IMM only; ``wr_id`` comes back in the completion.
+    """
+    qp: 3
+    opcode: WrOpcode
+    wr_id: 16
+    local_addr: 32
+    remote_va: 64
+    rkey: 32
+    length: 32
+    imm: 32
+
+
+class TxPacket(data.Struct):
+    """One data packet to frame: segmenter (+ spray decision) -> header generator.
+
+    ``opcode`` is the BTH opcode (``wire.OP_WRITE_ONLY`` or ``OP_WRITE_ONLY_IMM``),
+    ``last`` marks the last packet of a message (BTH AckReq), ``length`` is the
+    payload in bytes (1..pmtu), ``va`` the remote VA of its first byte.
+    ``dest_qpn``, ``mode`` and ``peer_usid`` are copied from the QP context.
+    The payload itself follows on the payload stream, one frame per packet.
+    """
+    qp: 3
+    dest_qpn: 24
+    mode: EvMode
+    peer_usid: 16
+    psn: 24
+    opcode: 8
+    last: 1
+    va: 64
+    rkey: 32
+    length: 13
+    imm: 32
+    path: Decision

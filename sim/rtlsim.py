@@ -1,0 +1,80 @@
+"""Run Amaranth components as Verilog under cocotb + Icarus Verilog.
+
+One helper serves the pytest wrappers of every cocotb testbench and the
+``mrcnic`` commands that simulate RTL (``send``, ``replay``, ``bench``, ``sim``):
+the component is converted with :func:`amaranth.back.verilog.convert`, built
+with the cocotb Python runner (Icarus, ``timescale 1ns/1ps``) in its own build
+directory, and the cocotb test module is run against it.
+
+Parameters reach the cocotb side through environment variables: everything
+in ``env`` is passed as ``MRCNIC_<KEY>`` (JSON-encoded), read back with
+:func:`tb_param`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["run_rtl", "tb_param", "write_verilog"]
+
+
+def write_verilog(component, name: str, build_dir: Path) -> Path:
+    """Convert ``component`` to Verilog as module ``name`` into ``build_dir``; return the file."""
+    from amaranth.back import verilog
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / f"{name}.v"
+    path.write_text(verilog.convert(component, name=name, emit_src=False))
+    return path
+
+
+def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict | None = None,
+            testcase: str | None = None, waves: bool = False, fresh: bool = True,
+            quiet: bool = False) -> Path:
+    """Build ``component`` and run the cocotb ``test_module`` on it.
+
+    Parameters
+    ----------
+    component : amaranth Elaboratable (usually a ``wiring.Component``)
+    toplevel : Verilog module name given to the design.
+    test_module : dotted name of the cocotb test module (must be importable).
+    build_dir : directory of this run (one per test ID); recreated when ``fresh``.
+    env : values passed to the testbench (``MRCNIC_<KEY>`` = JSON).
+    testcase : run only this cocotb test.
+    waves : dump an FST waveform (``<build_dir>/<toplevel>.fst``).
+
+    Returns the results XML path.  Raises ``AssertionError`` when any cocotb
+    test failed, so a pytest wrapper fails with it.
+    """
+    from cocotb_tools.runner import get_results, get_runner
+
+    build_dir = Path(build_dir).resolve()
+    if fresh and build_dir.exists():
+        shutil.rmtree(build_dir)
+    src = write_verilog(component, toplevel, build_dir)
+    runner = get_runner("icarus")
+    runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=build_dir,
+                 timescale=("1ns", "1ps"), waves=waves, always=True,
+                 log_file=build_dir / "build.log" if quiet else None)
+    extra_env = {f"MRCNIC_{k.upper()}": json.dumps(v) for k, v in (env or {}).items()}
+    extra_env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
+    results = runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir,
+                          testcase=testcase, extra_env=extra_env, waves=waves,
+                          timescale=("1ns", "1ps"),
+                          log_file=build_dir / "sim.log" if quiet else None)
+    total, failed = get_results(results)
+    if failed:
+        raise AssertionError(f"{failed} of {total} cocotb tests failed (see {build_dir})")
+    if total == 0:
+        raise AssertionError(f"no cocotb test ran (see {build_dir})")
+    return results
+
+
+def tb_param(key: str, default=None):
+    """Read a value passed by :func:`run_rtl` (``env[key]``) inside a cocotb test."""
+    raw = os.environ.get(f"MRCNIC_{key.upper()}")
+    return default if raw is None else json.loads(raw)
