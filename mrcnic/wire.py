@@ -41,7 +41,7 @@ __all__ = [
     "usid_carrier", "usid_decode", "usid_shift", "usid_arrival", "path_carriers",
     "ev_flow_label", "ev_udp_sport", "PathEncap",
     "build_data_frame", "build_ack_frame", "build_probe_frame",
-    "arrival_form", "icrc", "icrc_bytes", "check_icrc", "roce_pad",
+    "arrival_form", "icrc_view", "icrc", "icrc_bytes", "check_icrc", "roce_pad",
     "header_length",
 ]
 
@@ -222,9 +222,9 @@ def ev_flow_label(mode: str, ev: int, fl_bits: int = 20) -> int:
 
 def ev_udp_sport(mode: str, ev: int, fl_bits: int = 20, sport_bits: int = 12) -> int:
     """UDP source port for ``ev``: 0xC000 | EV[fl_bits+sport_bits-1:fl_bits] (SRV6, STEV),
-    0xC000 | EV[sport_bits-1:0] (UDP mode, sport_bits <= 14)."""
+    0xC000 | EV[13:0] (UDP mode)."""
     if mode == "UDP":
-        return 0xC000 | (ev & ((1 << sport_bits) - 1))
+        return 0xC000 | (ev & 0x3FFF)
     return 0xC000 | ((ev >> fl_bits) & ((1 << sport_bits) - 1))
 
 
@@ -375,6 +375,31 @@ def arrival_form(frame: bytes, usid_block: int | None = None) -> bytes:
     return bytes(pkt)
 
 
+def icrc_view(frame: bytes) -> bytes:
+    """``frame`` (without FCS, ICRC included) with every ICRC-masked byte replaced.
+
+    Same length as ``frame``.  Bytes 6..13 become 0xFF (the 8-byte pseudo
+    LRH sits where the end of the Ethernet header is), IPv6 Traffic Class,
+    Flow Label and Hop Limit, the UDP checksum and BTH byte 4 become ones.
+    The ICRC is ``zlib.crc32(view[6:-4])``.  Hardware computes the CRC over
+    exactly this view, so tests compare against it byte for byte.
+    """
+    b = bytearray(frame)
+    b[6:ETH_HLEN] = b"\xff" * 8
+    ip = ETH_HLEN
+    b[ip] |= 0x0F           # version nibble kept, traffic class high nibble set
+    b[ip + 1:ip + 4] = b"\xff\xff\xff"   # traffic class low nibble + flow label
+    b[ip + 7] = 0xFF        # hop limit
+    nh, off = b[ip + 6], ip + IPV6_HLEN
+    while nh != 17:
+        if nh not in (0, 43, 60) or off + 2 > len(b):
+            raise ValueError(f"cannot find the UDP header (next header {nh})")
+        nh, off = b[off], off + 8 + 8 * b[off + 1]
+    b[off + 6:off + 8] = b"\xff\xff"
+    b[off + UDP_HLEN + 4] = 0xFF
+    return bytes(b)
+
+
 def icrc(frame: bytes) -> int:
     """ICRC (CRC-32, reflected, as ``zlib.crc32``) of an Ethernet frame without FCS.
 
@@ -386,20 +411,7 @@ def icrc(frame: bytes) -> int:
     ``BTH.compute_icrc`` when there is no SRH.  The caller chooses which form
     of the frame (as sent or as arrived) it passes.
     """
-    b = bytearray(frame[ETH_HLEN:-ICRC_LEN])
-    b[0] |= 0x0F            # version nibble kept, traffic class high nibble set
-    b[1] = 0xFF             # traffic class low nibble + flow label
-    b[2] = 0xFF
-    b[3] = 0xFF
-    b[7] = 0xFF             # hop limit
-    nh, off = b[6], IPV6_HLEN
-    while nh != 17:
-        if nh not in (0, 43, 60) or off + 2 > len(b):
-            raise ValueError(f"cannot find the UDP header (next header {nh})")
-        nh, off = b[off], off + 8 + 8 * b[off + 1]
-    b[off + 6:off + 8] = b"\xff\xff"
-    b[off + UDP_HLEN + 4] = 0xFF
-    return zlib.crc32(b"\xff" * 8 + bytes(b)) & 0xFFFFFFFF
+    return zlib.crc32(icrc_view(frame)[6:-ICRC_LEN]) & 0xFFFFFFFF
 
 
 def icrc_bytes(frame: bytes, usid_block: int | None = None) -> bytes:

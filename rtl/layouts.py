@@ -14,7 +14,7 @@ from amaranth.lib import data, enum
 __all__ = [
     "MAX_PORTS", "MAX_QPS", "MAX_PATHS", "MAX_CARRIERS",
     "EvState", "EvMode", "WrOpcode",
-    "PathEntry", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
+    "PathEntry", "SprayReq", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
 ]
 
 MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
@@ -65,6 +65,13 @@ class PathEntry(data.Struct):
     n_carriers: 3
     seg_base: 8
     da: 128
+
+
+class SprayReq(data.Struct):
+    """Request for one spray decision: the QP and its EV profile (path-table range)."""
+    qp: 3
+    base: 8
+    count: 9
 
 
 class Decision(data.Struct):
