@@ -15,6 +15,7 @@ __all__ = [
     "MAX_PORTS", "MAX_QPS", "MAX_PATHS", "MAX_CARRIERS",
     "EvState", "EvMode", "WrOpcode",
     "PathEntry", "SprayReq", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
+    "RxKind", "MemRegion", "RxQpContext", "AckInfo", "RxPacket",
 ]
 
 MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
@@ -143,3 +144,69 @@ class TxPacket(data.Struct):
     length: 13
     imm: 32
     path: Decision
+
+
+# --------------------------------------------------------------------------
+# Receive side
+# --------------------------------------------------------------------------
+class RxKind(enum.Enum, shape=2):
+    """What a validated frame is."""
+    DATA = 0      #: RDMA WRITE ONLY [WITH IMMEDIATE]
+    PROBE = 1     #: MRC EV probe
+    ACK = 2       #: ACK / SACK / NACK / probe reply (consumed by sender reliability)
+
+
+class MemRegion(data.Struct):
+    """A registered memory region: remote VA range [va, va+length) -> host address ``base``."""
+    valid: 1
+    rkey: 32
+    va: 64
+    length: 32
+    base: 32
+
+
+class RxQpContext(data.Struct):
+    """Static per-QP receive context; the QP is found by BTH.DestQP == ``qpn``."""
+    valid: 1
+    qpn: 24
+    mode: EvMode
+
+
+class AckInfo(data.Struct):
+    """Fields of a received ACK/SACK/NACK (AETH + MRCSack), for sender reliability."""
+    syndrome: 8
+    msn: 24
+    ev: 32
+    flags: 8
+    base_psn: 24
+    bitmap: 64
+    ts: 32
+
+
+class RxPacket(data.Struct):
+    """One validated frame: RX parser -> SACK tracker / placement / ACK generator.
+
+    ``ev`` is rebuilt from the flow label and UDP source port by the QP's EV
+    mode; ``ecn_ce`` is set when the frame arrived CE-marked; ``trimmed`` when
+    its DSCP is the trim DSCP (its payload is gone: never placed).  ``addr``
+    is the host address of the payload's first byte (region base + VA offset),
+    already bounds- and rkey-checked.  For PROBE, ``probe_id``/``ts`` are
+    echoed; for ACK, ``ack`` holds the AETH/SACK fields.
+    """
+    kind: RxKind
+    port: 3
+    qp: 3
+    psn: 24
+    opcode: 8
+    last: 1
+    has_imm: 1
+    imm: 32
+    va: 64
+    addr: 32
+    length: 13
+    ev: 32
+    ecn_ce: 1
+    trimmed: 1
+    probe_id: 16
+    ts: 32
+    ack: AckInfo
