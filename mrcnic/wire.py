@@ -42,7 +42,7 @@ __all__ = [
     "ev_flow_label", "ev_udp_sport", "PathEncap",
     "build_data_frame", "build_ack_frame", "build_probe_frame",
     "arrival_form", "icrc_view", "icrc", "icrc_bytes", "check_icrc", "roce_pad",
-    "header_length",
+    "header_length", "trim_frame",
 ]
 
 # --------------------------------------------------------------------------
@@ -338,6 +338,31 @@ def build_probe_frame(*, src_mac: str, dst_mac: str, src_ip: str, path: PathEnca
     pkt = pkt / BTH(opcode=OP_PROBE, dqpn=qpn, icrc=0)
     pkt = pkt / MRCProbe(ev=path.ev, port=path.port, probe_id=probe_id, ts=ts)
     return _finish(pkt, path)
+
+
+def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
+    """What a trimming switch forwards instead of ``frame`` (MRC packet trimming).
+
+    The frame is cut right after its transport headers (BTH + RETH [+ ImmDt],
+    or the whole frame for payload-free packets), the IPv6 payload length and
+    UDP length are rewritten to match, the DSCP becomes ``trim_dscp`` (ECN
+    kept) and no ICRC follows: a trimmed frame never carries a valid ICRC and
+    is never placed.
+    """
+    pkt = Ether(frame)
+    bth = pkt[BTH]
+    keep = BTH_HLEN + (RETH_HLEN if bth.opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM) else 0)
+    keep += IMM_HLEN if bth.opcode == OP_WRITE_ONLY_IMM else 0
+    udp_off = len(frame) - len(bytes(pkt[UDP]))
+    cut = bytearray(frame[:udp_off + UDP_HLEN + keep])
+    ip = ETH_HLEN
+    tc = (((cut[ip] & 0x0F) << 4) | (cut[ip + 1] >> 4))
+    tc = (trim_dscp << 2) | (tc & 3)
+    cut[ip] = 0x60 | (tc >> 4)
+    cut[ip + 1] = ((tc & 0x0F) << 4) | (cut[ip + 1] & 0x0F)
+    struct.pack_into("!H", cut, ip + 4, len(cut) - ip - IPV6_HLEN)
+    struct.pack_into("!H", cut, udp_off + 4, UDP_HLEN + keep)
+    return bytes(cut)
 
 
 # --------------------------------------------------------------------------

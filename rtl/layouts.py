@@ -16,6 +16,7 @@ __all__ = [
     "EvState", "EvMode", "WrOpcode",
     "PathEntry", "SprayReq", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
     "RxKind", "MemRegion", "RxQpContext", "AckInfo", "RxPacket",
+    "PlaceCmd", "AckRequest", "Completion",
 ]
 
 MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
@@ -166,10 +167,18 @@ class MemRegion(data.Struct):
 
 
 class RxQpContext(data.Struct):
-    """Static per-QP receive context; the QP is found by BTH.DestQP == ``qpn``."""
+    """Static per-QP receive context; the QP is found by BTH.DestQP == ``qpn``.
+
+    ``peer_qpn`` goes into BTH.DestQP of the ACKs; ``peer_usid`` is the peer
+    NIC's own uSID (arrival DA of ACKs in SRV6 mode, for their ICRC);
+    ``start_psn`` is the first PSN expected.
+    """
     valid: 1
     qpn: 24
     mode: EvMode
+    peer_qpn: 24
+    peer_usid: 16
+    start_psn: 24
 
 
 class AckInfo(data.Struct):
@@ -210,3 +219,45 @@ class RxPacket(data.Struct):
     probe_id: 16
     ts: 32
     ack: AckInfo
+
+
+class PlaceCmd(data.Struct):
+    """SACK tracker -> placement, one per DATA payload frame, in order.
+
+    ``place`` = 1: write ``length`` bytes at host address ``addr``;
+    ``place`` = 0: discard the payload frame (duplicate, out of window).
+    """
+    place: 1
+    addr: 32
+    length: 13
+
+
+class AckRequest(data.Struct):
+    """SACK tracker -> ACK generator: one ACK/SACK/NACK/probe-reply frame to send.
+
+    ``cum_psn`` goes into BTH.PSN (the last PSN received in order);
+    ``syndrome`` is AETH_ACK or AETH_NAK_PSN (trim NACK); ``flags`` are the
+    MRCSack flags; ``ev`` the echoed EV; ``port`` the plane the data came in on.
+    """
+    qp: 3
+    port: 3
+    ev: 32
+    cum_psn: 24
+    syndrome: 8
+    msn: 24
+    flags: 8
+    base_psn: 24
+    bitmap: 64
+    ts: 32
+
+
+class Completion(data.Struct):
+    """Receive completion: a whole message has been placed (raised once).
+
+    ``psn`` is the message's last PSN; ``has_imm``/``imm`` carry the
+    Write-with-Immediate's immediate data.
+    """
+    qp: 3
+    psn: 24
+    has_imm: 1
+    imm: 32
