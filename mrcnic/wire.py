@@ -346,7 +346,8 @@ def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
     The frame is cut right after its transport headers (BTH + RETH [+ ImmDt],
     or the whole frame for payload-free packets), the IPv6 payload length and
     UDP length are rewritten to match, the DSCP becomes ``trim_dscp`` (ECN
-    kept) and no ICRC follows: a trimmed frame never carries a valid ICRC and
+    kept) and a zero 4-byte trailer stands where the ICRC was (so dissectors
+    still find the headers): a trimmed frame never carries a valid ICRC and
     is never placed.
     """
     pkt = Ether(frame)
@@ -354,14 +355,14 @@ def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
     keep = BTH_HLEN + (RETH_HLEN if bth.opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM) else 0)
     keep += IMM_HLEN if bth.opcode == OP_WRITE_ONLY_IMM else 0
     udp_off = len(frame) - len(bytes(pkt[UDP]))
-    cut = bytearray(frame[:udp_off + UDP_HLEN + keep])
+    cut = bytearray(frame[:udp_off + UDP_HLEN + keep] + bytes(ICRC_LEN))
     ip = ETH_HLEN
     tc = (((cut[ip] & 0x0F) << 4) | (cut[ip + 1] >> 4))
     tc = (trim_dscp << 2) | (tc & 3)
     cut[ip] = 0x60 | (tc >> 4)
     cut[ip + 1] = ((tc & 0x0F) << 4) | (cut[ip + 1] & 0x0F)
     struct.pack_into("!H", cut, ip + 4, len(cut) - ip - IPV6_HLEN)
-    struct.pack_into("!H", cut, udp_off + 4, UDP_HLEN + keep)
+    struct.pack_into("!H", cut, udp_off + 4, UDP_HLEN + keep + ICRC_LEN)
     return bytes(cut)
 
 
