@@ -11,7 +11,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
-__all__ = ["start", "CLK_NS"]
+__all__ = ["start", "CLK_NS", "pack", "unpack"]
 
 CLK_NS = 8   #: default clock period in ns (125 MHz, the ECP5 target)
 
@@ -29,3 +29,31 @@ async def start(dut, inputs=(), period_ns: int = CLK_NS, reset_cycles: int = 4):
         dut.rst.value = 0
     await RisingEdge(dut.clk)
     return clock
+
+
+def pack(layout, fields: dict) -> int:
+    """Integer bits of a ``data.Struct`` layout filled from ``fields`` (nested dicts, enums ok)."""
+    return layout.const(fields).as_value().value
+
+
+def unpack(layout, value) -> dict:
+    """Nested dict of a ``data.Struct`` layout's fields from its integer bits (or a cocotb value)."""
+    from amaranth.lib import data
+
+    if not isinstance(value, int):
+        value = int(value)
+    view = layout.from_bits(value)
+
+    def walk(lay, v):
+        out = {}
+        for name, fld in lay.as_shape():
+            item = getattr(v, name)
+            shape = fld.shape
+            if isinstance(shape, data.StructLayout) or (
+                    isinstance(shape, type) and issubclass(shape, data.Struct)):
+                out[name] = walk(shape, item)
+            else:
+                out[name] = item
+        return out
+
+    return walk(layout, view)
