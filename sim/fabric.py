@@ -1,0 +1,725 @@
+"""Discrete-event model of the multi-plane Clos fabric that mrcnic NICs are connected to.
+
+The fabric is built from a :class:`mrcnic.sim.topology.ClosTopology`: every node
+is a host port or a uSID switch, every link is full duplex with one transmitter
+(egress port, :class:`Port`) per direction.  Plain Python, no threads, fully
+deterministic (a single event heap, ties broken by scheduling order).
+
+Model and assumptions
+---------------------
+* **Time** is in nanoseconds, ``float`` internally; every API accepts ``int``
+  or ``float`` ns and returns ``float`` ns.
+* **Links** have a rate (Gb/s) and a propagation latency (ns); host links
+  (host <-> leaf) and fabric links (leaf <-> spine) are configured separately.
+  A frame of ``n`` bytes (as handled everywhere here: Ethernet header to ICRC,
+  no FCS) occupies the wire for :func:`wire_bytes` ``(n) = max(n + 4, 64) + 20``
+  bytes: FCS, the 64-byte minimum frame, and 20 bytes of preamble, SFD and
+  inter-frame gap.  Serialisation time is ``wire_bytes * 8 / rate_gbps`` ns;
+  the frame arrives (last bit, IFG included) at the far end
+  ``serialisation + latency`` ns after its first bit left.  Switches are
+  store-and-forward with a fixed forwarding delay ``switch_latency_ns``.
+* **Host uplinks** (NIC -> leaf) are pure serialisers with an unbounded FIFO:
+  :meth:`Fabric.send` at ``now`` starts the frame at ``now`` when the port is
+  idle, else right after the frames queued before it.  Pacing is the NIC's job.
+* **uSID switches** (:class:`UsidSwitch`, RFC 9800 NEXT-CSID, 32-bit block,
+  16-bit uSIDs, RFC 8754 SRH): static tables from the topology, no ECMP.  A
+  leaf knows its hosts and its plane's spines, a spine its plane's leaves.
+  MAC addresses are not rewritten (the fabric is routed on the IPv6 DA only);
+  frames arrive with the sender's Ethernet header.  Hop limit, DA, SRH Segments
+  Left and ECN change on the way, all masked or normalised by the ICRC
+  (:func:`mrcnic.wire.arrival_form`), so the ICRC still checks at the receiver.
+* **Egress queues** on switch ports: a data FIFO of ``queue_bytes`` capacity
+  (frame bytes) and a strict-priority FIFO of ``trim_queue_bytes`` for trimmed
+  headers.  ECN: a frame whose ECN is ECT(0)/ECT(1) is set to CE when the bytes
+  already waiting in the data FIFO (not counting the frame on the wire)
+  exceed ``ecn_threshold_bytes``.  Overflow: a frame that does not fit is
+  trimmed (:func:`mrcnic.wire.trim_frame`, DSCP ``trim_dscp``) into the
+  priority FIFO, or dropped (``overflow``) when the trimmed frame does not fit
+  either, trimming is off, or the frame is not RoCEv2.
+* **Failures** (:meth:`Fabric.fail_link`, :meth:`Fabric.fail_switch`,
+  :meth:`Fabric.fail_plane` and their ``recover_*``) take effect at a set time.
+  A link is down while any failure covers it.  When it goes down, frames
+  queued on it are lost (``link_down``), frames on the wire or in flight on it
+  are lost on arrival, and frames later sent into it are lost.  A failed
+  switch also loses every frame reaching it (``switch_down`` on the switch).
+  A plane failure fails every switch of the plane (hence all its links).
+* **Taps**: frames are recorded on host links (both directions) by default,
+  or on every link (``pcap="all"``), timestamped when their first bit leaves
+  the transmitter; :meth:`Fabric.write_pcap` writes a nanosecond pcap
+  (Ethernet link type) with Scapy that opens in Wireshark.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import ipaddress
+import math
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from mrcnic import wire
+from mrcnic.sim.topology import ClosTopology
+
+__all__ = ["Fabric", "UsidSwitch", "Port", "PortStats", "Delivery", "wire_bytes",
+           "WIRE_OVERHEAD_BYTES", "FCS_BYTES", "MIN_FRAME_BYTES"]
+
+WIRE_OVERHEAD_BYTES = 20   #: preamble (7) + SFD (1) + inter-frame gap (12), per frame
+FCS_BYTES = 4              #: Ethernet FCS, not part of the frames handled here
+MIN_FRAME_BYTES = 64       #: minimum Ethernet frame, FCS included
+ETHERTYPE_IPV6 = 0x86DD
+_IP = 14                   # IPv6 header offset
+_DA = _IP + 24             # destination address offset
+_SRH = _IP + 40            # first extension header offset
+_ROUTING = 43
+_SRH_TYPE = 4
+
+
+def wire_bytes(frame_len: int) -> int:
+    """Bytes a frame of ``frame_len`` bytes (no FCS) occupies on the wire.
+
+    FCS added, padded to the 64-byte minimum, plus preamble, SFD and IFG:
+    ``max(frame_len + 4, 64) + 20``.
+    """
+    return max(frame_len + FCS_BYTES, MIN_FRAME_BYTES) + WIRE_OVERHEAD_BYTES
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shift_carrier(da: int) -> tuple[bytes, int]:
+    """(shifted DA as 16 bytes, its active uSID or 0) by :func:`mrcnic.wire.usid_shift`.
+
+    Cached: a fabric has few distinct carriers, and the address-string round
+    trip of the reference functions would dominate the run time otherwise.
+    """
+    new_da = wire.usid_shift(da)
+    _, usids = wire.usid_decode(new_da)
+    return ipaddress.IPv6Address(new_da).packed, (usids[0] if usids else 0)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _carrier_head(da: bytes) -> tuple[int, int]:
+    """(block, active uSID or 0) of a carrier, by :func:`mrcnic.wire.usid_decode`."""
+    block, usids = wire.usid_decode(int.from_bytes(da, "big"))
+    return block, (usids[0] if usids else 0)
+
+
+class Delivery(NamedTuple):
+    """A frame handed to a NIC port: ``host`` index, ``plane`` (= NIC port), the frame
+    (``frame_bytes``, no FCS) and ``time_ns`` its last bit arrived."""
+
+    host: int
+    plane: int
+    frame_bytes: bytes
+    time_ns: float
+
+
+@dataclass
+class PortStats:
+    """Counters of one egress port (one direction of a link).
+
+    ``frames``/``bytes`` transmitted (frame bytes, no FCS/overhead), ``drops``
+    by reason (``overflow``, ``link_down``), ``ecn_marked`` frames set to CE,
+    ``trimmed`` frames trimmed instead of dropped.
+    """
+
+    frames: int = 0
+    bytes: int = 0
+    drops: Counter = field(default_factory=Counter)
+    ecn_marked: int = 0
+    trimmed: int = 0
+
+    def as_dict(self) -> dict:
+        return {"frames": self.frames, "bytes": self.bytes, "drops": dict(self.drops),
+                "ecn_marked": self.ecn_marked, "trimmed": self.trimmed}
+
+
+class _Link:
+    """Shared state of a full-duplex link: the failures covering it and an epoch
+    bumped each time it goes down (frames in flight from an older epoch are lost)."""
+
+    def __init__(self, a: str, b: str, plane: int):
+        self.a, self.b, self.plane = a, b, plane
+        self.down: set = set()
+        self.epoch = 0
+        self.ports: list[Port] = []
+
+    @property
+    def up(self) -> bool:
+        return not self.down
+
+
+class Port:
+    """Egress port: the transmitter of one direction of a link, with its queues.
+
+    Parameters
+    ----------
+    src, dst : str
+        Node names; frames go from ``src`` to ``dst``.
+    link : _Link
+        The full-duplex link it belongs to.
+    rate_gbps : float
+        Line rate in Gb/s.
+    latency_ns : float
+        Propagation latency in ns.
+    queue_bytes : int or None
+        Data FIFO capacity in frame bytes; ``None`` = unbounded, no ECN, no trimming.
+    ecn_threshold_bytes : int or None
+        ECN CE-marking threshold on the waiting bytes; ``None`` = never mark.
+    trim : bool
+        Trim on overflow instead of dropping.
+    trim_dscp : int
+        DSCP written into trimmed frames.
+    trim_queue_bytes : int
+        Capacity of the priority FIFO for trimmed frames.
+    """
+
+    def __init__(self, src, dst, link, rate_gbps, latency_ns, queue_bytes=None,
+                 ecn_threshold_bytes=None, trim=False, trim_dscp=46, trim_queue_bytes=0):
+        if rate_gbps <= 0 or latency_ns < 0:
+            raise ValueError("a link needs a positive rate and a non-negative latency")
+        self.src, self.dst, self.link = src, dst, link
+        self.name = f"{src}->{dst}"
+        self.rate_gbps = float(rate_gbps)
+        self.latency_ns = float(latency_ns)
+        self.queue_bytes = queue_bytes
+        self.ecn_threshold_bytes = ecn_threshold_bytes
+        self.trim = trim
+        self.trim_dscp = trim_dscp
+        self.trim_queue_bytes = trim_queue_bytes
+        self.data: deque[bytes] = deque()
+        self.data_depth = 0
+        self.prio: deque[bytes] = deque()
+        self.prio_depth = 0
+        self.busy = False
+        self.tap = False
+        self.stats = PortStats()
+
+    def serialisation_ns(self, frame_len: int) -> float:
+        """Time the frame holds the transmitter: ``wire_bytes(frame_len) * 8 / rate_gbps`` ns."""
+        return wire_bytes(frame_len) * 8 / self.rate_gbps
+
+    @property
+    def depth(self) -> int:
+        """Frame bytes waiting (both FIFOs, the frame on the wire excluded)."""
+        return self.data_depth + self.prio_depth
+
+    def enqueue(self, frame: bytes) -> bool:
+        """Queue ``frame`` (ECN-marking or trimming it as configured); False when dropped."""
+        if not self.link.up:
+            self.stats.drops["link_down"] += 1
+            return False
+        n = len(frame)
+        if self.queue_bytes is None or self.data_depth + n <= self.queue_bytes:
+            if (self.ecn_threshold_bytes is not None and self.data_depth > self.ecn_threshold_bytes
+                    and len(frame) > _IP + 2 and (frame[_IP + 1] >> 4) & 3 in
+                    (wire.ECN_ECT0, wire.ECN_ECT1)):
+                b = bytearray(frame)
+                b[_IP + 1] |= 0x30
+                frame = bytes(b)
+                self.stats.ecn_marked += 1
+            self.data.append(frame)
+            self.data_depth += n
+            return True
+        if self.trim:
+            try:
+                cut = wire.trim_frame(frame, self.trim_dscp)
+            except Exception:       # not a RoCEv2 frame: nothing to trim to
+                cut = None
+            if cut is not None and self.prio_depth + len(cut) <= self.trim_queue_bytes:
+                self.prio.append(cut)
+                self.prio_depth += len(cut)
+                self.stats.trimmed += 1
+                return True
+        self.stats.drops["overflow"] += 1
+        return False
+
+    def dequeue(self) -> bytes | None:
+        """Next frame to send: the priority FIFO first, then the data FIFO."""
+        if self.prio:
+            frame = self.prio.popleft()
+            self.prio_depth -= len(frame)
+            return frame
+        if self.data:
+            frame = self.data.popleft()
+            self.data_depth -= len(frame)
+            return frame
+        return None
+
+    def flush(self, reason: str = "link_down") -> int:
+        """Lose every queued frame (counted as ``reason``); returns how many."""
+        lost = len(self.data) + len(self.prio)
+        self.stats.drops[reason] += lost
+        self.data.clear()
+        self.prio.clear()
+        self.data_depth = self.prio_depth = 0
+        return lost
+
+    def __repr__(self):
+        return f"Port({self.name}, {self.rate_gbps} Gb/s, {self.latency_ns} ns)"
+
+
+class UsidSwitch:
+    """SRv6 uSID switch: RFC 9800 NEXT-CSID shift-and-forward with a static table.
+
+    Parameters
+    ----------
+    name : str
+        Node name (for counters).
+    usid : int
+        The switch's own 16-bit uSID.
+    block : int
+        32-bit locator block.
+    table : dict[int, object]
+        Static forwarding table: next active uSID -> egress port (any object).
+
+    Attributes
+    ----------
+    drops : collections.Counter
+        Frames dropped by reason: ``malformed`` (too short, not IPv6 version 6,
+        bad SRH), ``not_ipv6`` (EtherType), ``no_match`` (DA outside the block or
+        active uSID not this switch's), ``hop_limit`` (hop limit would reach 0),
+        ``end_of_path`` (uSID list and SRH exhausted at a switch), ``no_route``
+        (no table entry for the next uSID), ``switch_down`` (counted by the fabric).
+    forwarded : int
+        Frames forwarded.
+    """
+
+    def __init__(self, name: str, usid: int, block: int, table: dict):
+        if not 0 < usid < 1 << 16:
+            raise ValueError(f"uSID {usid:#x} is not a non-zero 16-bit value")
+        if not 0 <= block < 1 << 32:
+            raise ValueError(f"locator block {block:#x} does not fit 32 bits")
+        self.name, self.usid, self.block = name, usid, block
+        self.table = dict(table)
+        self.down: set = set()
+        self.drops: Counter = Counter()
+        self.forwarded = 0
+
+    @property
+    def up(self) -> bool:
+        return not self.down
+
+    def forward(self, frame: bytes):
+        """Process one frame: ``(egress, new_frame)`` or ``(None, reason)`` (counted).
+
+        1. Ethernet II, EtherType 0x86DD, IPv6 version 6, else dropped.
+        2. The DA's top 32 bits must be the block and its active uSID (bits 95:80)
+           this switch's uSID (``no_match``).
+        3. Hop limit decremented; a frame whose hop limit would become 0 is dropped.
+        4. The DA is shifted left by 16 bits (:func:`mrcnic.wire.usid_shift`); if
+           the next uSID is 0 (carrier exhausted) and an SRH (routing type 4) has
+           Segments Left > 0, Segments Left is decremented and Segment List[SL]
+           becomes the DA (RFC 8754 4.3.1.1, RFC 9800 4.1.2).
+        5. The new active uSID selects the egress port in the static table.
+        """
+        if len(frame) < _SRH:
+            return self._drop("malformed")
+        if frame[12] << 8 | frame[13] != ETHERTYPE_IPV6:
+            return self._drop("not_ipv6")
+        if frame[_IP] >> 4 != 6:
+            return self._drop("malformed")
+        da = int.from_bytes(frame[_DA:_DA + 16], "big")
+        if da >> 96 != self.block or (da >> 80) & 0xFFFF != self.usid:
+            return self._drop("no_match")
+        hlim = frame[_IP + 7]
+        if hlim <= 1:
+            return self._drop("hop_limit")
+        out = bytearray(frame)
+        out[_IP + 7] = hlim - 1
+        new_da, next_usid = _shift_carrier(da)
+        if not next_usid:
+            if frame[_IP + 6] != _ROUTING:
+                return self._drop("end_of_path")
+            if len(frame) < _SRH + 8:
+                return self._drop("malformed")
+            ext_len, rtype, sl, last = frame[_SRH + 1], frame[_SRH + 2], frame[_SRH + 3], frame[_SRH + 4]
+            if rtype != _SRH_TYPE or 2 * (last + 1) > ext_len or sl > last + 1 \
+                    or len(frame) < _SRH + 8 + 8 * ext_len:
+                return self._drop("malformed")
+            if sl == 0:
+                return self._drop("end_of_path")
+            sl -= 1
+            off = _SRH + 8 + 16 * sl
+            new_da = frame[off:off + 16]
+            block, next_usid = _carrier_head(new_da)
+            if block != self.block or not next_usid:
+                return self._drop("no_route")
+            out[_SRH + 3] = sl
+        out[_DA:_DA + 16] = new_da
+        egress = self.table.get(next_usid)
+        if egress is None:
+            return self._drop("no_route")
+        self.forwarded += 1
+        return egress, bytes(out)
+
+    def _drop(self, reason: str):
+        self.drops[reason] += 1
+        return None, reason
+
+    def __repr__(self):
+        return f"UsidSwitch({self.name}, usid={self.usid:#06x}, {len(self.table)} routes)"
+
+
+# event kinds (ints sort fine; the heap orders by (time, seq) first anyway)
+_TX_DONE, _ARRIVE, _ENQUEUE, _CONTROL = range(4)
+
+
+class Fabric:
+    """The multi-plane Clos fabric as a discrete-event simulator.
+
+    Parameters
+    ----------
+    topology : ClosTopology
+        The topology (a default 4-plane one when ``None``).
+    rate_gbps : float
+        Fabric (leaf <-> spine) link rate, Gb/s.
+    latency_ns : float
+        Fabric link propagation latency, ns.
+    host_rate_gbps : float or None
+        Host (NIC <-> leaf) link rate, Gb/s; ``None`` = ``rate_gbps``.
+    host_latency_ns : float
+        Host link propagation latency, ns.
+    switch_latency_ns : float
+        Store-and-forward delay of a switch, from last bit in to enqueue, ns.
+    queue_bytes : int
+        Data FIFO capacity of every switch egress port, frame bytes.
+    ecn_threshold_bytes : int or None
+        ECN CE-marking threshold of every switch egress port (``None``: off).
+    trim : bool
+        Trim frames that overflow a switch queue (MRC packet trimming).
+    trim_dscp : int
+        DSCP of trimmed frames.
+    trim_queue_bytes : int
+        Priority FIFO capacity for trimmed frames, per switch egress port.
+    pcap : str or None
+        Frames recorded for :meth:`write_pcap`: ``"hosts"`` (host links, both
+        directions), ``"all"`` (every link) or ``None``.
+    pcap_max_frames : int
+        Taps stop recording after this many frames (``pcap_dropped`` counts the rest).
+
+    Attributes
+    ----------
+    now : float
+        Simulation time reached, ns.
+    ports : dict[str, Port]
+        Every egress port by name ``"src->dst"``.
+    switches : dict[str, UsidSwitch]
+        Every switch by node name.
+    delivered : list[tuple[float, int, int, int]]
+        ``(time_ns, host, plane, frame bytes)`` of every delivery.
+    events_log : list[dict]
+        Failures and recoveries as they took effect: ``{time_ns, action, target}``.
+
+    Raises
+    ------
+    ValueError
+        Bad parameters; :meth:`send` with an unknown host/plane or a time in the
+        past; a failure scheduled in the past or naming an unknown node or link.
+    """
+
+    def __init__(self, topology: ClosTopology | None = None, *, rate_gbps: float = 100.0,
+                 latency_ns: float = 500.0, host_rate_gbps: float | None = None,
+                 host_latency_ns: float = 100.0, switch_latency_ns: float = 0.0,
+                 queue_bytes: int = 128 * 1024, ecn_threshold_bytes: int | None = 32 * 1024,
+                 trim: bool = True, trim_dscp: int = 46, trim_queue_bytes: int = 8 * 1024,
+                 pcap: str | None = "hosts", pcap_max_frames: int = 1_000_000):
+        if switch_latency_ns < 0:
+            raise ValueError("switch_latency_ns must be >= 0")
+        if queue_bytes < 0 or trim_queue_bytes < 0:
+            raise ValueError("queue sizes must be >= 0")
+        if not 0 <= trim_dscp < 64:
+            raise ValueError(f"trim_dscp must be 0..63, got {trim_dscp}")
+        if pcap not in ("hosts", "all", None):
+            raise ValueError(f"pcap must be 'hosts', 'all' or None, got {pcap!r}")
+        self.topology = topo = topology or ClosTopology()
+        self.switch_latency_ns = float(switch_latency_ns)
+        self.now = 0.0
+        self.ports: dict[str, Port] = {}
+        self.switches: dict[str, UsidSwitch] = {}
+        self.links: dict[frozenset, _Link] = {}
+        self._uplink: dict[tuple[int, int], Port] = {}
+        self._host_of_node = {topo.host_name(h): h for h in range(topo.hosts)}
+        host_rate = rate_gbps if host_rate_gbps is None else host_rate_gbps
+        swq = dict(queue_bytes=queue_bytes, ecn_threshold_bytes=ecn_threshold_bytes, trim=trim,
+                   trim_dscp=trim_dscp, trim_queue_bytes=trim_queue_bytes)
+        tables: dict[str, dict] = {n: {} for n, d in topo.nodes.items() if d["kind"] != "host"}
+        for a, b, plane in topo.links:
+            link = _Link(a, b, plane)
+            self.links[frozenset((a, b))] = link
+            is_host = a in self._host_of_node
+            rate, lat = (host_rate, host_latency_ns) if is_host else (rate_gbps, latency_ns)
+            fwd = Port(a, b, link, rate, lat, **({} if is_host else swq))
+            rev = Port(b, a, link, rate, lat, **swq)
+            link.ports = [fwd, rev]
+            for port in (fwd, rev):
+                self.ports[port.name] = port
+                port.tap = pcap == "all" or (pcap == "hosts" and is_host)
+            if is_host:
+                self._uplink[self._host_of_node[a], plane] = fwd
+            else:
+                tables[a][topo.nodes[b]["usid"]] = fwd
+            tables[b][topo.nodes[a]["usid"]] = rev
+        for name, table in tables.items():
+            self.switches[name] = UsidSwitch(name, topo.nodes[name]["usid"], topo.block, table)
+        self._heap: list = []
+        self._seq = 0
+        self._pending: list[Delivery] = []
+        self.delivered: list[tuple[float, int, int, int]] = []
+        self.events_log: list[dict] = []
+        self.taps: list[tuple[float, str, bytes]] = []
+        self.pcap_max_frames = pcap_max_frames
+        self.pcap_dropped = 0
+        self.lost_in_flight = 0
+
+    # ---- event machinery ---------------------------------------------------
+    def _schedule(self, time, kind, a=None, b=None, c=None):
+        self._seq += 1
+        heapq.heappush(self._heap, (time, self._seq, kind, a, b, c))
+
+    def next_event_ns(self) -> float | None:
+        """Time of the earliest pending event (ns), or ``None`` when the fabric is idle."""
+        return self._heap[0][0] if self._heap else None
+
+    def _run(self, until: float):
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            time, _, kind, a, b, c = heapq.heappop(heap)
+            self.now = time
+            if kind == _TX_DONE:
+                a.busy = False
+                self._start(a)
+            elif kind == _ARRIVE:
+                self._arrive(a, b, c)
+            elif kind == _ENQUEUE:
+                if a.enqueue(b):
+                    self._start(a)
+            else:
+                a()
+        if until != math.inf and until > self.now:
+            self.now = float(until)
+
+    def _start(self, port: Port):
+        if port.busy:
+            return
+        frame = port.dequeue()
+        if frame is None:
+            return
+        t = self.now
+        ser = port.serialisation_ns(len(frame))
+        port.busy = True
+        port.stats.frames += 1
+        port.stats.bytes += len(frame)
+        if port.tap:
+            if len(self.taps) < self.pcap_max_frames:
+                self.taps.append((t, port.name, frame))
+            else:
+                self.pcap_dropped += 1
+        self._schedule(t + ser, _TX_DONE, port)
+        self._schedule(t + ser + port.latency_ns, _ARRIVE, port, frame, port.link.epoch)
+
+    def _arrive(self, port: Port, frame: bytes, epoch: int):
+        link = port.link
+        if not link.up or link.epoch != epoch:
+            port.stats.drops["link_down"] += 1
+            self.lost_in_flight += 1
+            return
+        host = self._host_of_node.get(port.dst)
+        if host is not None:
+            self._pending.append(Delivery(host, link.plane, frame, self.now))
+            self.delivered.append((self.now, host, link.plane, len(frame)))
+            return
+        switch = self.switches[port.dst]
+        if not switch.up:
+            switch.drops["switch_down"] += 1
+            return
+        egress, result = switch.forward(frame)
+        if egress is None:
+            return
+        if self.switch_latency_ns:
+            self._schedule(self.now + self.switch_latency_ns, _ENQUEUE, egress, result)
+        elif egress.enqueue(result):
+            self._start(egress)
+
+    # ---- the co-simulation API ---------------------------------------------
+    def send(self, host: int, plane: int, frame_bytes: bytes, now_ns: float) -> None:
+        """NIC ``host``'s port ``plane`` emits ``frame_bytes`` (no FCS), first bit at ``now_ns``.
+
+        Events up to ``now_ns`` are processed first (their deliveries are kept
+        for the next :meth:`advance`).  Raises ``ValueError`` for an unknown
+        host/plane or ``now_ns`` earlier than :attr:`now`.  A frame sent into a
+        failed host link is lost (counted on the uplink port as ``link_down``).
+        """
+        port = self._uplink.get((host, plane))
+        if port is None:
+            raise ValueError(f"no port for host {host} plane {plane}")
+        if now_ns < self.now:
+            raise ValueError(f"send at {now_ns} ns is before the fabric time {self.now} ns")
+        self._run(now_ns)
+        if port.enqueue(bytes(frame_bytes)):
+            self._start(port)
+
+    def advance(self, now_ns: float) -> list[Delivery]:
+        """Run the fabric up to ``now_ns`` (inclusive) and return the frames whose last
+        bit reached a host port since the previous call, in time order."""
+        if now_ns < self.now:
+            raise ValueError(f"advance to {now_ns} ns is before the fabric time {self.now} ns")
+        self._run(now_ns)
+        out, self._pending = self._pending, []
+        return out
+
+    def drain(self) -> list[Delivery]:
+        """Run until no event is left (failures scheduled later included)."""
+        self._run(math.inf)
+        out, self._pending = self._pending, []
+        return out
+
+    # ---- failures ----------------------------------------------------------
+    def _at(self, time_ns, fn, action, target):
+        if time_ns < self.now:
+            raise ValueError(f"{action} at {time_ns} ns is before the fabric time {self.now} ns")
+
+        def run():
+            fn()
+            self.events_log.append({"time_ns": self.now, "action": action, "target": target})
+        self._schedule(float(time_ns), _CONTROL, run)
+
+    def _link(self, a: str, b: str) -> _Link:
+        link = self.links.get(frozenset((a, b)))
+        if link is None:
+            raise ValueError(f"no link between {a!r} and {b!r}")
+        return link
+
+    def _switch(self, name: str) -> UsidSwitch:
+        if name not in self.switches:
+            raise ValueError(f"no switch {name!r}")
+        return self.switches[name]
+
+    def _link_cause(self, link: _Link, cause, down: bool):
+        was_up = link.up
+        if down:
+            link.down.add(cause)
+        else:
+            link.down.discard(cause)
+        if was_up and not link.up:
+            link.epoch += 1
+            for port in link.ports:
+                port.flush("link_down")
+
+    def _switch_cause(self, switch: UsidSwitch, cause, down: bool):
+        if down:
+            switch.down.add(cause)
+        else:
+            switch.down.discard(cause)
+        for link in self.links.values():
+            if switch.name in (link.a, link.b):
+                self._link_cause(link, (cause, switch.name), down)
+
+    def fail_link(self, time_ns: float, a: str, b: str) -> None:
+        """At ``time_ns``, fail the link between nodes ``a`` and ``b`` (both directions)."""
+        link = self._link(a, b)
+        self._at(time_ns, lambda: self._link_cause(link, "link", True), "fail_link", f"{a}<->{b}")
+
+    def recover_link(self, time_ns: float, a: str, b: str) -> None:
+        """At ``time_ns``, undo :meth:`fail_link` (the link stays down if a switch or plane failure covers it)."""
+        link = self._link(a, b)
+        self._at(time_ns, lambda: self._link_cause(link, "link", False), "recover_link",
+                 f"{a}<->{b}")
+
+    def fail_switch(self, time_ns: float, name: str) -> None:
+        """At ``time_ns``, fail switch ``name``: every link to it goes down, arrivals are lost."""
+        sw = self._switch(name)
+        self._at(time_ns, lambda: self._switch_cause(sw, "switch", True), "fail_switch", name)
+
+    def recover_switch(self, time_ns: float, name: str) -> None:
+        """At ``time_ns``, undo :meth:`fail_switch`."""
+        sw = self._switch(name)
+        self._at(time_ns, lambda: self._switch_cause(sw, "switch", False), "recover_switch", name)
+
+    def _plane_switches(self, plane):
+        if not 0 <= plane < self.topology.planes:
+            raise ValueError(f"plane {plane} out of range")
+        return [sw for n, sw in self.switches.items()
+                if self.topology.nodes[n]["plane"] == plane]
+
+    def fail_plane(self, time_ns: float, plane: int) -> None:
+        """At ``time_ns``, fail every switch (hence every link) of ``plane``."""
+        sws = self._plane_switches(plane)
+        self._at(time_ns, lambda: [self._switch_cause(sw, "plane", True) for sw in sws],
+                 "fail_plane", f"plane{plane}")
+
+    def recover_plane(self, time_ns: float, plane: int) -> None:
+        """At ``time_ns``, undo :meth:`fail_plane`."""
+        sws = self._plane_switches(plane)
+        self._at(time_ns, lambda: [self._switch_cause(sw, "plane", False) for sw in sws],
+                 "recover_plane", f"plane{plane}")
+
+    # ---- counters and traces -----------------------------------------------
+    def port(self, src: str, dst: str) -> Port:
+        """The egress port from node ``src`` to node ``dst``."""
+        return self.ports[f"{src}->{dst}"]
+
+    def uplink(self, host: int, plane: int) -> Port:
+        """The NIC-to-leaf port of ``host`` on ``plane``."""
+        return self._uplink[host, plane]
+
+    def per_plane_bytes(self) -> list[int]:
+        """Frame bytes delivered to hosts, per plane."""
+        out = [0] * self.topology.planes
+        for _, _, plane, n in self.delivered:
+            out[plane] += n
+        return out
+
+    def throughput(self, bin_ns: float, end_ns: float | None = None) -> dict:
+        """Delivered bytes per plane in bins of ``bin_ns``: ``{"t_ns": [...], "planes":
+        [[bytes per bin] per plane]}`` (``t_ns`` = bin starts), for a throughput plot."""
+        if bin_ns <= 0:
+            raise ValueError("bin_ns must be positive")
+        end = self.now if end_ns is None else end_ns
+        if self.delivered:
+            end = max(end, self.delivered[-1][0])
+        nbins = int(end // bin_ns) + 1
+        planes = [[0] * nbins for _ in range(self.topology.planes)]
+        for t, _, plane, n in self.delivered:
+            planes[plane][int(t // bin_ns)] += n
+        return {"t_ns": [i * bin_ns for i in range(nbins)], "planes": planes}
+
+    def counters(self) -> dict:
+        """All counters as plain data: ports (those that saw traffic or drops),
+        switch drops, totals and the failure log."""
+        ports = {n: p.stats.as_dict() for n, p in self.ports.items()
+                 if p.stats.frames or p.stats.drops}
+        switch_drops = {n: dict(s.drops) for n, s in self.switches.items() if s.drops}
+        drops = Counter()
+        for p in self.ports.values():
+            drops.update(p.stats.drops)
+        for s in self.switches.values():
+            drops.update(s.drops)
+        return {
+            "ports": ports, "switch_drops": switch_drops, "drops": dict(drops),
+            "ecn_marked": sum(p.stats.ecn_marked for p in self.ports.values()),
+            "trimmed": sum(p.stats.trimmed for p in self.ports.values()),
+            "delivered_frames": len(self.delivered),
+            "per_plane_bytes": self.per_plane_bytes(),
+            "failures": list(self.events_log),
+        }
+
+    def write_pcap(self, path, port: str | None = None) -> int:
+        """Write the tapped frames (optionally of one port ``"src->dst"``) as a pcap.
+
+        Nanosecond timestamps (simulation time from 0), Ethernet link type,
+        frames without FCS, in time order.  Returns the number of frames written.
+        """
+        from scapy.utils import PcapWriter
+
+        records = sorted((t for t in self.taps if port is None or t[1] == port),
+                         key=lambda r: r[0])
+        writer = PcapWriter(str(path), linktype=1, nano=True, sync=False)
+        try:
+            writer.write_header(None)
+            for t, _, frame in records:
+                ns = int(round(t))
+                writer.write_packet(frame, sec=ns // 1_000_000_000, usec=ns % 1_000_000_000)
+        finally:
+            writer.close()
+        return len(records)
