@@ -72,16 +72,16 @@ entries = [
 ]
 
 [[qps]]
-qpn = 1
+qpn = 0x11
 peer = "peer"
-peer_qpn = 2
+peer_qpn = 0x21
 peer_usid = 0xE001
 ev_profile = "plain"
 
 [[qps]]
-qpn = 3
+qpn = 0x12
 peer = "peer"
-peer_qpn = 4
+peer_qpn = 0x22
 peer_usid = 0xE001
 ev_profile = "srh"
 """
