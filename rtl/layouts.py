@@ -17,6 +17,7 @@ __all__ = [
     "PathEntry", "SprayReq", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
     "RxKind", "MemRegion", "RxQpContext", "AckInfo", "RxPacket",
     "PlaceCmd", "AckRequest", "Completion",
+    "SentInfo", "RetxReq", "EvEventReason", "EvEvent", "ProbeReq",
 ]
 
 MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
@@ -261,3 +262,56 @@ class Completion(data.Struct):
     psn: 24
     has_imm: 1
     imm: 32
+
+
+# --------------------------------------------------------------------------
+# Sender reliability (MRC: SACK/NACK processing, RTO, EV failover, probes)
+# --------------------------------------------------------------------------
+class SentInfo(data.Struct):
+    """One data packet handed to the frame builder (tap on the segmenter's output).
+
+    ``index`` is the path-table entry it was sprayed on; ``msg_last`` marks the
+    last packet of its message; ``retx`` marks a retransmission.
+    """
+    qp: 3
+    psn: 24
+    index: 8
+    ev: 32
+    length: 13
+    msg_last: 1
+    retx: 1
+
+
+class RetxReq(data.Struct):
+    """Sender reliability -> segmenter: send PSN ``psn`` of QP ``qp`` again.
+
+    ``avoid_index`` is the path-table entry the lost copy used; the new copy
+    must go out on another entry.
+    """
+    qp: 3
+    psn: 24
+    avoid_index: 8
+
+
+class EvEventReason(enum.Enum, shape=3):
+    """Why an EV changed state (OCP MRC 1.0 EV events)."""
+    ACK_TIMEOUT = 0     #: loss without trim: the path is presumed broken -> ASSUMED_BAD
+    PROBE_OK = 1        #: a probe reply came back -> GOOD
+    CONTROLLER = 2      #: set through the CSR bank
+    MIN_ACTIVE = 3      #: would have gone ASSUMED_BAD, but ev_min_active holds it GOOD
+
+
+class EvEvent(data.Struct):
+    """An EV event: entry ``index`` (EV ``ev``) changed to ``state`` for ``reason``."""
+    index: 8
+    ev: 32
+    state: EvState
+    reason: EvEventReason
+    rtt_ns: 32
+
+
+class ProbeReq(data.Struct):
+    """Send one EV probe on path-table entry ``index`` for QP ``qp`` (time stamp ``ts`` ns)."""
+    qp: 3
+    index: 8
+    ts: 32
