@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,14 @@ def write_verilog(component, name: str, build_dir: Path) -> Path:
 
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{name}.v"
-    path.write_text(verilog.convert(component, name=name, emit_src=False))
+    text = verilog.convert(component, name=name, emit_src=False)
+    # Yosys wakes every `always @*` block at time 0 through a register declared `= 0`; Icarus
+    # applies declaration initialisers before processes start, so that event never happens and
+    # a mux whose inputs never change (e.g. registers that stay at their reset value) stays X
+    # (Amaranth #594/#1629).  Assign the trigger from an `initial #0` block instead.
+    text = re.sub(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;",
+                  lambda m: f"reg {m.group(1)};\n  initial #0 {m.group(1)} = 1'b0;", text)
+    path.write_text(text)
     return path
 
 
@@ -46,8 +54,10 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     testcase : run only this cocotb test.
     waves : dump an FST waveform (``<build_dir>/<toplevel>.fst``).
 
-    Returns the results XML path.  Raises ``AssertionError`` when any cocotb
-    test failed, so a pytest wrapper fails with it.
+    Returns the results XML path.  When any cocotb test failed this raises:
+    under pytest the cocotb runner itself exits (``SystemExit``) after
+    logging the failing tests, elsewhere ``AssertionError``; either way the
+    caller fails.  The logs are ``<build_dir>/sim.log`` when ``quiet``.
     """
     from cocotb_tools.runner import get_results, get_runner
 
