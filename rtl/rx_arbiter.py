@@ -13,7 +13,7 @@ waits in the parsers' store-and-forward buffers, and sustained overload
 back-pressures the plane inputs (their ``tready`` falls).
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -101,22 +101,26 @@ class RxArbiter(wiring.Component):
                         pays[i].tready.eq(in_payload & out.tready),
                     ]
 
-        # Round robin: move to the next plane with a packet when idle.
+        # Round robin: when the granted plane has nothing, move to the next
+        # plane (after the granted one) that has a packet.
         nxt = Signal(range(n))
         m.d.comb += nxt.eq(grant)
-        for k in reversed(range(1, n + 1)):
-            cand = (grant + k) % n if n > 1 else 0
-            with m.If(pkts[cand].valid):
-                m.d.comb += nxt.eq(cand)
+        with m.Switch(grant):
+            for g in range(n):
+                with m.Case(g):
+                    for k in reversed(range(1, n + 1)):
+                        cand = (g + k) % n
+                        with m.If(pkts[cand].valid):
+                            m.d.comb += nxt.eq(cand)
 
         with m.If(in_payload):
             with m.If(out.tvalid & out.tready & out.tlast):
-                m.d.sync += [in_payload.eq(0), grant.eq((grant + 1) % n if n > 1 else 0)]
+                m.d.sync += [in_payload.eq(0), grant.eq(Mux(grant == n - 1, 0, grant + 1))]
         with m.Elif(taken):
             with m.If(has_payload):
                 m.d.sync += in_payload.eq(1)
             with m.Else():
-                m.d.sync += grant.eq((grant + 1) % n if n > 1 else 0)
+                m.d.sync += grant.eq(Mux(grant == n - 1, 0, grant + 1))
         with m.Elif(~cur_valid):
             m.d.sync += grant.eq(nxt)
         return m

@@ -1,0 +1,489 @@
+# amaranth: UnusedElaboratable=no
+"""Segmenter: work requests -> TxPacket descriptors + payload frames over AXI4 reads.
+
+cocotb testbench (``run_*`` coroutines) and its pytest wrappers.  Host memory is
+cocotbext-axi's ``AxiRamRead`` on the ``m_axi`` port; a coroutine plays the spray
+scheduler (round robin over each QP's profile, random answer latency).  Every
+descriptor is checked field by field against a Python model of the segmentation
+(consecutive PSNs modulo 2**24, VA = remote VA + offset, lengths, AckReq on the
+last packet, WRITE_IMM opcode on the last packet only, the i-th decision on the
+i-th packet), every payload frame against host memory, and each packet is
+rebuilt as a wire frame with Scapy (``mrcnic.wire.build_data_frame``) from the
+DUT's descriptor + payload and from the model: both frames must be identical
+and dissect as RDMA WRITE ONLY [WITH IMMEDIATE] with the right RETH.  Every AR
+burst is checked (INCR, 8-byte beats, <= 256 beats, no 4 KiB crossing) and the
+words read must be exactly the words holding the messages' bytes.
+"""
+
+import random
+
+import cocotb
+import pytest
+from amaranth.lib import data
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+from cocotbext.axi import AxiRamRead, AxiReadBus
+
+from mrcnic import wire
+from mrcnic.rtl.layouts import Decision, EvMode, EvState, QpContext, TxPacket, WorkRequest, WrOpcode
+from mrcnic.rtl.segmenter import Segmenter
+from mrcnic.sim.rtlsim import run_rtl, tb_param
+from mrcnic.sim.tb import start
+
+INPUTS = ["wr__valid", "wr__payload", "qp_w_en", "qp_w_addr", "qp_w_data", "pmtu_log2",
+          "spray_req__ready", "spray_decision__valid", "spray_decision__payload", "pkt__ready",
+          "payload__tready"]
+MEM_SIZE = 1 << 20
+_PATH_OFFSET = data.Layout.cast(TxPacket)["path"].offset
+
+
+def unpack(layout, value):
+    """Bits of ``layout`` -> nested dict of ints."""
+    out = {}
+    for name, f in data.Layout.cast(layout):
+        raw = (value >> f.offset) & ((1 << f.width) - 1)
+        try:
+            out[name] = unpack(f.shape, raw)
+        except TypeError:
+            out[name] = raw
+    return out
+
+
+def pack(layout, fields):
+    return data.Layout.cast(layout).const(fields).as_value().value
+
+
+def ctx_dict(dest_qpn, start_psn, base=0, count=4, mode=EvMode.SRV6, peer_usid=0xBEEF):
+    return {"dest_qpn": dest_qpn, "start_psn": start_psn, "mode": mode, "profile_base": base,
+            "profile_count": count, "peer_usid": peer_usid}
+
+
+class ErrorRam(AxiRamRead):
+    """Host memory whose words in [err_lo, err_hi) answer SLVERR (data reads as zeros)."""
+
+    err_lo = err_hi = 0
+
+    async def _read(self, address, length):
+        if self.err_lo <= address < self.err_hi:
+            raise ValueError("injected slave error")
+        return await super()._read(address, length)
+
+
+class TB:
+    """Drives work requests / QP contexts, plays the spray scheduler, sinks pkt + payload.
+
+    All inputs are driven on the falling edge and all handshakes sampled in the
+    ReadOnly phase after it (they complete on the next rising edge).
+    """
+
+    def __init__(self, dut, pkt_ready=1.0, payload_ready=1.0, spray_ready=1.0, sched_lat=(0, 0),
+                 ram_cls=AxiRamRead, seed=1):
+        self.dut = dut
+        self.rng = random.Random(seed)
+        self.ram = ram_cls(AxiReadBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk,
+                           dut.rst, size=MEM_SIZE)
+        self.p_pkt, self.p_pay, self.p_spray, self.sched_lat = pkt_ready, payload_ready, spray_ready, sched_lat
+        self.wr_q, self.ctx_q, self.sched_q = [], [], []
+        self.rr = {}
+        self.cycle = 0
+        self.decisions = []      # decision bits, in request order
+        self.pkts = []           # parsed TxPackets
+        self.frames = []         # payload frames (bytes)
+        self.beats = []          # (cycle, keep, last) of every payload beat
+        self.ars = []            # (araddr, arlen, arsize, arburst, arid)
+        self.ar_cycles, self.req_cycles = [], []
+        self.cur = bytearray()
+        self.wr_accepts = []     # (cycle, wr dict)
+        self.pmtu_log2 = 10
+        self.ctx = {}            # qp -> ctx dict (model)
+        self.next_psn = {}
+
+    async def init(self, pmtu_log2=10):
+        self.pmtu_log2 = pmtu_log2
+        await start(self.dut, INPUTS)
+        self.dut.pmtu_log2.value = pmtu_log2
+        cocotb.start_soon(self._loop())
+
+    # -------------------------------------------------------------- driving
+    def write_ctx(self, qp, ctx):
+        self.ctx_q.append((qp, ctx))
+
+    def post(self, **wr):
+        wr.setdefault("opcode", WrOpcode.WRITE)
+        wr.setdefault("wr_id", len(self.wr_q))
+        wr.setdefault("rkey", 0x1234ABCD)
+        wr.setdefault("imm", 0)
+        self.wr_q.append(wr)
+
+    def _decision(self, req):
+        qp, base, count = req["qp"], req["base"], req["count"]
+        k = self.rr.get(qp, 0)
+        self.rr[qp] = k + 1
+        idx = (base + k % count) & 0xFF
+        return pack(Decision, {"index": idx, "entry": {
+            "ev": 0x10000 + idx * 7, "port": idx % 4, "state": EvState.GOOD, "weight": 1,
+            "n_carriers": 1, "seg_base": 0, "da": (0xFC00 << 112) | idx}})
+
+    async def _loop(self):
+        dut, rng = self.dut, self.rng
+        while True:
+            await FallingEdge(dut.clk)
+            self.cycle += 1
+            dut.pkt__ready.value = int(rng.random() < self.p_pkt)
+            dut.payload__tready.value = int(rng.random() < self.p_pay)
+            dut.spray_req__ready.value = int(rng.random() < self.p_spray)
+            if self.wr_q and not self.ctx_q:     # contexts first (a write takes effect next cycle)
+                dut.wr__valid.value = 1
+                dut.wr__payload.value = pack(WorkRequest, self.wr_q[0])
+            else:
+                dut.wr__valid.value = 0
+            if self.ctx_q:
+                qp, ctx = self.ctx_q[0]
+                dut.qp_w_en.value, dut.qp_w_addr.value = 1, qp
+                dut.qp_w_data.value = pack(QpContext, ctx)
+            else:
+                dut.qp_w_en.value = 0
+            if self.sched_q and self.sched_q[0][0] <= self.cycle:
+                dut.spray_decision__valid.value = 1
+                dut.spray_decision__payload.value = self.sched_q[0][1]
+            else:
+                dut.spray_decision__valid.value = 0
+            await ReadOnly()
+            if self.ctx_q:
+                qp, ctx = self.ctx_q.pop(0)
+                self.ctx[qp] = ctx
+                self.next_psn[qp] = ctx["start_psn"]
+            if int(dut.wr__valid.value) and int(dut.wr__ready.value):
+                self.wr_accepts.append((self.cycle, self.wr_q.pop(0)))
+            if int(dut.spray_req__valid.value) and int(dut.spray_req__ready.value):
+                req = {"qp": int(dut.spray_req__payload.value) & 7,
+                       "base": (int(dut.spray_req__payload.value) >> 3) & 0xFF,
+                       "count": int(dut.spray_req__payload.value) >> 11}
+                dec = self._decision(req)
+                due = self.cycle + 1 + rng.randint(*self.sched_lat)
+                if self.sched_q:
+                    due = max(due, self.sched_q[-1][0])
+                self.sched_q.append((due, dec))
+                self.decisions.append(dec)
+                self.req_cycles.append(self.cycle)
+            if int(dut.spray_decision__valid.value) and int(dut.spray_decision__ready.value):
+                self.sched_q.pop(0)
+            if int(dut.pkt__valid.value) and int(dut.pkt__ready.value):
+                p = unpack(TxPacket, int(dut.pkt__payload.value))
+                p["path_bits"] = int(dut.pkt__payload.value) >> _PATH_OFFSET
+                p["cycle"] = self.cycle
+                self.pkts.append(p)
+            if int(dut.payload__tvalid.value) and int(dut.payload__tready.value):
+                keep, last = int(dut.payload__tkeep.value), int(dut.payload__tlast.value)
+                tdata = int(dut.payload__tdata.value).to_bytes(8, "little")
+                if not last:
+                    assert keep == 0xFF, f"partial tkeep {keep:#x} before tlast"
+                assert keep in (1, 3, 7, 15, 31, 63, 127, 255), f"tkeep {keep:#x} not contiguous"
+                self.cur += tdata[:bin(keep).count("1")]
+                self.beats.append((self.cycle, keep, last))
+                if last:
+                    self.frames.append(bytes(self.cur))
+                    self.cur = bytearray()
+            if int(dut.m_axi__rvalid.value):
+                assert int(dut.m_axi__rready.value), "R channel stalled: payload FIFO over-committed"
+            if int(dut.m_axi__arvalid.value) and int(dut.m_axi__arready.value):
+                self.ars.append((int(dut.m_axi__araddr.value), int(dut.m_axi__arlen.value),
+                                 int(dut.m_axi__arsize.value), int(dut.m_axi__arburst.value),
+                                 int(dut.m_axi__arid.value)))
+                self.ar_cycles.append(self.cycle)
+
+    async def wait_packets(self, n, timeout=20000):
+        """Wait until ``n`` descriptors and frames are out, then check nothing more comes."""
+        for _ in range(timeout):
+            await RisingEdge(self.dut.clk)
+            if len(self.pkts) >= n and len(self.frames) >= n and not self.wr_q:
+                break
+        else:
+            raise AssertionError(
+                f"timeout: {len(self.pkts)} pkts, {len(self.frames)} frames of {n}; "
+                f"{len(self.wr_accepts)} WRs taken, {len(self.decisions)} spray requests, "
+                f"{len(self.ars)} ARs, {len(self.beats)} beats, refused {int(self.dut.wr_refused.value)}")
+        for _ in range(50):
+            await RisingEdge(self.dut.clk)
+        assert len(self.pkts) == n, f"{len(self.pkts)} descriptors, expected {n}"
+        assert len(self.frames) == n, f"{len(self.frames)} payload frames, expected {n}"
+        assert not self.cur, "payload beats left without tlast"
+        assert not self.sched_q, "spray decisions left unconsumed"
+
+    # ------------------------------------------------------------- checking
+    def model(self, wr):
+        """Expected descriptors and payloads of one accepted work request."""
+        ctx = self.ctx[wr["qp"]]
+        pmtu = 1 << self.pmtu_log2
+        out, off = [], 0
+        while off < wr["length"]:
+            n = min(pmtu, wr["length"] - off)
+            last = off + n == wr["length"]
+            imm_last = wr["opcode"] == WrOpcode.WRITE_IMM and last
+            out.append(({
+                "qp": wr["qp"], "dest_qpn": ctx["dest_qpn"], "mode": ctx["mode"].value,
+                "peer_usid": ctx["peer_usid"], "psn": self.next_psn[wr["qp"]],
+                "opcode": wire.OP_WRITE_ONLY_IMM if imm_last else wire.OP_WRITE_ONLY,
+                "last": int(last), "va": (wr["remote_va"] + off) % (1 << 64), "rkey": wr["rkey"],
+                "length": n, "imm": wr["imm"]},
+                self.ram.read(wr["local_addr"] + off, n)))
+            self.next_psn[wr["qp"]] = (self.next_psn[wr["qp"]] + 1) & 0xFFFFFF
+            off += n
+        return out
+
+    def check(self, wrs, mem_override=None):
+        """Check all descriptors/frames/ARs against the model of the accepted ``wrs``."""
+        expected = []
+        for wr in wrs:
+            expected += self.model(wr)
+        assert len(self.pkts) == len(expected)
+        for i, (p, frame, (exp, exp_payload)) in enumerate(zip(self.pkts, self.frames, expected)):
+            if mem_override:
+                exp_payload = mem_override(exp, exp_payload)
+            got = {k: p[k] for k in exp}
+            assert got == exp, f"packet {i}: {got} != {exp}"
+            assert p["path_bits"] == self.decisions[i], f"packet {i}: wrong spray decision"
+            assert frame == exp_payload, f"packet {i}: payload differs from memory"
+            self.scapy_check(p, frame, exp, exp_payload)
+        self.check_reads(wrs)
+
+    @staticmethod
+    def scapy_check(p, frame, exp, exp_payload):
+        dec = p["path"]
+        path = wire.PathEncap(ev=dec["entry"]["ev"], port=dec["entry"]["port"], mode="SRV6",
+                              block=0xFC000000, usids=[0x100 + dec["index"], 0xBEEF])
+
+        def build(f, payload):
+            return wire.build_data_frame(
+                src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02", src_ip="fd00::1",
+                path=path, qpn=f["dest_qpn"], psn=f["psn"], va=f["va"], rkey=f["rkey"],
+                payload=payload, imm=f["imm"] if f["opcode"] == wire.OP_WRITE_ONLY_IMM else None,
+                last=bool(f["last"]))
+
+        got = build(p, frame)
+        assert got == build(exp, exp_payload), "Scapy frame from DUT output differs from model"
+        pkt = wire.Ether(got)
+        assert pkt[wire.BTH].opcode == p["opcode"] and pkt[wire.BTH].psn == p["psn"]
+        assert pkt[wire.BTH].ackreq == p["last"]
+        assert pkt[wire.RETH].va == p["va"] and pkt[wire.RETH].dmalen == p["length"]
+        if p["opcode"] == wire.OP_WRITE_ONLY_IMM:
+            assert pkt[wire.ImmDt].imm == p["imm"]
+        else:
+            assert wire.ImmDt not in pkt
+
+    def check_reads(self, wrs):
+        words = []
+        for araddr, arlen, arsize, arburst, arid in self.ars:
+            assert arsize == 3 and arburst == 1 and arid == 0
+            assert arlen <= 255 and araddr % 8 == 0
+            assert (araddr & 0xFFF) + (arlen + 1) * 8 <= 0x1000, f"burst {araddr:#x}+{arlen} crosses 4 KiB"
+            words += range(araddr, araddr + (arlen + 1) * 8, 8)
+        exp = []
+        for wr in wrs:
+            exp += range(wr["local_addr"], wr["local_addr"] + wr["length"], 8)
+        assert words == exp, "AR bursts did not read exactly the words of the messages"
+
+
+def fill(tb, addr, n, seed):
+    r = random.Random(seed)
+    tb.ram.write(addr, bytes(r.getrandbits(8) for _ in range(n)))
+
+
+# ---------------------------------------------------------------------- tests
+@cocotb.test()
+async def run_write_64k(dut):
+    """64 KiB WRITE, pmtu 1024: 64 packets; throughput with always-ready sinks."""
+    tb = TB(dut)
+    await tb.init(pmtu_log2=10)
+    tb.write_ctx(2, ctx_dict(0x00ABCD, 1000, base=8, count=5))
+    fill(tb, 0x10000, 65536, 1)
+    wr = dict(qp=2, local_addr=0x10000, remote_va=0x7F00_0000_1000, length=65536)
+    tb.post(**wr)
+    await tb.wait_packets(64)
+    tb.check([{**wr, "opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0}])
+    assert [p["psn"] for p in tb.pkts] == list(range(1000, 1064))
+    assert [p["last"] for p in tb.pkts] == [0] * 63 + [1]
+    first, last = tb.beats[0][0], tb.beats[-1][0]
+    ratio = len(tb.beats) / (last - first + 1)
+    t0 = tb.wr_accepts[0][0]
+    dut._log.info("throughput: %d payload beats in %d cycles = %.4f beats/cycle", len(tb.beats),
+                  last - first + 1, ratio)
+    dut._log.info("latency after WR handshake (cycles): first spray_req %d, first pkt %d, "
+                  "first AR %d, first payload beat %d (memory answering at once)",
+                  tb.req_cycles[0] - t0, tb.pkts[0]["cycle"] - t0, tb.ar_cycles[0] - t0, first - t0)
+    assert len(tb.beats) == 8192
+    assert ratio >= 0.99, f"payload throughput {ratio:.3f} beats/cycle"
+    # every descriptor is out before its payload's first beat
+    starts = [tb.beats[0][0]] + [tb.beats[i + 1][0] for i, b in enumerate(tb.beats[:-1]) if b[2]]
+    assert all(p["cycle"] < s for p, s in zip(tb.pkts, starts))
+
+
+@cocotb.test()
+async def run_write_imm_odd(dut):
+    """WRITE_IMM of 5000 bytes across a 4 KiB boundary: last packet 0x0B with imm, 904 bytes."""
+    tb = TB(dut, sched_lat=(0, 3))
+    await tb.init(pmtu_log2=10)
+    tb.write_ctx(0, ctx_dict(0x000123, 77, base=0, count=3, mode=EvMode.STEV))
+    fill(tb, 0x1E08, 5000, 2)
+    wr = dict(qp=0, opcode=WrOpcode.WRITE_IMM, local_addr=0x1E08, remote_va=0x1_0000_0003,
+              length=5000, imm=0xCAFEF00D, rkey=0x55)
+    tb.post(**wr)
+    await tb.wait_packets(5)
+    tb.check([{**wr, "wr_id": 0}])
+    assert [p["opcode"] for p in tb.pkts] == [0x0A] * 4 + [0x0B]
+    assert tb.pkts[-1]["length"] == 5000 % 1024 and tb.pkts[-1]["imm"] == 0xCAFEF00D
+
+
+@cocotb.test()
+async def run_4k_bursts(dut):
+    """pmtu 4096 from just past a 4 KiB boundary: bursts split at 256 beats and at 4 KiB."""
+    tb = TB(dut)
+    await tb.init(pmtu_log2=12)
+    tb.write_ctx(5, ctx_dict(0x0F0F0F, 0, base=100, count=1))
+    wr = dict(qp=5, local_addr=0x3008, remote_va=0xFFFF_FFFF_FFFF_F000, length=3 * 4096 + 100)
+    fill(tb, wr["local_addr"], wr["length"], 3)
+    tb.post(**wr)
+    await tb.wait_packets(4)
+    tb.check([{**wr, "opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0}])
+    assert [p["length"] for p in tb.pkts] == [4096, 4096, 4096, 100]
+    assert tb.pkts[1]["va"] == 0 and tb.pkts[3]["va"] == 0x2000   # VA wraps modulo 2**64
+    assert any(arlen == 255 for _, arlen, *_ in tb.ars)
+
+
+@cocotb.test()
+async def run_psn_wrap(dut):
+    """PSNs wrap from 0xFFFFFF to 0 inside a message and carry over to the next one."""
+    tb = TB(dut)
+    await tb.init(pmtu_log2=8)
+    tb.write_ctx(1, ctx_dict(0x000001, 0xFFFFFD, count=2))
+    fill(tb, 0x8000, 4096, 4)
+    wrs = [dict(qp=1, local_addr=0x8000, remote_va=0x100, length=2000),
+           dict(qp=1, local_addr=0x8800, remote_va=0x900, length=8)]
+    for wr in wrs:
+        tb.post(**wr)
+    await tb.wait_packets(9)
+    tb.check([{**w, "opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0} for w in wrs])
+    assert [p["psn"] for p in tb.pkts] == [0xFFFFFD, 0xFFFFFE, 0xFFFFFF, 0, 1, 2, 3, 4, 5]
+    assert [p["last"] for p in tb.pkts] == [0] * 7 + [1, 1]
+
+
+@cocotb.test()
+async def run_two_qps(dut):
+    """Back-to-back requests of two QPs keep separate PSNs; a context write resets the PSN."""
+    tb = TB(dut, sched_lat=(0, 2))
+    await tb.init(pmtu_log2=9)
+    tb.write_ctx(3, ctx_dict(0x333333, 300, base=0, count=4))
+    tb.write_ctx(6, ctx_dict(0x666666, 600, base=50, count=2, mode=EvMode.UDP))
+    fill(tb, 0x20000, 16384, 5)
+    wrs = [dict(qp=3, local_addr=0x20000, remote_va=0xA000, length=1500),
+           dict(qp=6, local_addr=0x21000, remote_va=0xB000, length=1024, opcode=WrOpcode.WRITE_IMM,
+                imm=0x66),
+           dict(qp=3, local_addr=0x22000, remote_va=0xA5DC, length=513),
+           dict(qp=6, local_addr=0x23000, remote_va=0xB400, length=7)]
+    for wr in wrs:
+        tb.post(**wr)
+    await tb.wait_packets(3 + 2 + 2 + 1)
+    full = [{"opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0, **w} for w in wrs]
+    tb.check(full)
+    assert [p["psn"] for p in tb.pkts if p["qp"] == 3] == [300, 301, 302, 303, 304]
+    # back-to-back messages: payload keeps one beat per cycle across message boundaries
+    span = tb.beats[-1][0] - tb.beats[0][0] + 1
+    dut._log.info("4 messages: %d payload beats in %d cycles", len(tb.beats), span)
+    assert len(tb.beats) == span == 188 + 128 + 65 + 1
+    assert [p["psn"] for p in tb.pkts if p["qp"] == 6] == [600, 601, 602]
+    # rewrite QP 3's context: next PSN restarts at the new start_psn
+    tb.write_ctx(3, ctx_dict(0x333333, 42, base=0, count=4))
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    wr = dict(qp=3, local_addr=0x20000, remote_va=0, length=100)
+    tb.post(**wr)
+    await tb.wait_packets(9)
+    assert tb.pkts[-1]["psn"] == 42
+
+
+@cocotb.test()
+async def run_refused(dut):
+    """Length 0, misaligned, unknown QP, too long, address overflow: dropped and counted."""
+    qps = tb_param("qps", 8)
+    tb = TB(dut)
+    await tb.init(pmtu_log2=10)
+    tb.write_ctx(0, ctx_dict(0x10, 10))
+    fill(tb, 0x4000, 2048, 6)
+    good = dict(qp=0, local_addr=0x4000, remote_va=0x9000, length=2048)
+    bad = [dict(qp=0, local_addr=0x4000, remote_va=0, length=0),
+           dict(qp=0, local_addr=0x4004, remote_va=0, length=64),
+           dict(qp=4 if qps <= 4 else 7, local_addr=0x4000, remote_va=0, length=64),
+           dict(qp=1, local_addr=0x4000, remote_va=0, length=64),     # context never written
+           dict(qp=0, local_addr=0x4000, remote_va=0, length=(1 << 31) + 8),
+           dict(qp=0, local_addr=0xFFFF_FF00, remote_va=0, length=0x108)]
+    if qps > 4:
+        tb.write_ctx(4, ctx_dict(0x40, 40))     # QP 4 exists here: fine; QP 7 unknown
+    tb.post(**bad[0])
+    tb.post(**good)
+    for b in bad[1:]:
+        tb.post(**b)
+    tb.post(**good)
+    await tb.wait_packets(4)
+    assert int(dut.wr_refused.value) == len(bad)
+    tb.check([{"opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0, **good}] * 2)
+    assert [p["psn"] for p in tb.pkts] == [10, 11, 12, 13]
+
+
+@cocotb.test()
+async def run_backpressure(dut):
+    """Random ready on pkt / payload / spray_req, slow scheduler, many small requests."""
+    tb = TB(dut, pkt_ready=0.5, payload_ready=0.6, spray_ready=0.7, sched_lat=(0, 4), seed=7)
+    await tb.init(pmtu_log2=8)
+    tb.write_ctx(0, ctx_dict(0xAAA, 0xFFFFF0, count=7))
+    tb.write_ctx(4, ctx_dict(0xBBB, 5, base=9, count=3))
+    fill(tb, 0, 0x10000, 7)
+    rng = random.Random(3)
+    wrs = []
+    for i, length in enumerate([1, 7, 8, 9, 255, 256, 257, 1025, 3000, 64, 2, 700]):
+        addr = rng.choice([0x0FF8, 0x1FF0, 0x2000, 0x5A38, 0x7E00])
+        wrs.append(dict(qp=rng.choice([0, 4]), local_addr=addr, remote_va=rng.getrandbits(48),
+                        length=length, opcode=rng.choice(list(WrOpcode)), imm=i, rkey=i * 3,
+                        wr_id=i))
+    for wr in wrs:
+        tb.post(**wr)
+    n = sum(-(-w["length"] // 256) for w in wrs)
+    await tb.wait_packets(n)
+    tb.check(wrs)
+
+
+@cocotb.test()
+async def run_rresp_error(dut):
+    """SLVERR beats: data (zeros) still delivered in place, errors counted, nothing hangs."""
+    tb = TB(dut, ram_cls=ErrorRam)
+    tb.ram.err_lo, tb.ram.err_hi = 0x6100, 0x6140
+    await tb.init(pmtu_log2=8)
+    tb.write_ctx(0, ctx_dict(0x1, 0))
+    fill(tb, 0x6000, 1024, 8)
+    wr = dict(qp=0, local_addr=0x6000, remote_va=0, length=1024)
+    tb.post(**wr)
+    await tb.wait_packets(4)
+
+    def zeroed(exp, payload):
+        lo = 0x6000 + exp["va"]
+        return bytes(0 if 0x6100 <= lo + i < 0x6140 else b for i, b in enumerate(payload))
+
+    tb.check([{"opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0, **wr}], mem_override=zeroed)
+    assert int(dut.rd_errors.value) == 8
+    assert tb.frames[1][:64] == bytes(64)
+
+
+# ------------------------------------------------------------ pytest wrappers
+def test_segmenter(tmp_path):
+    run_rtl(Segmenter(qps=8), toplevel="segmenter", test_module="tests.rtl.test_segmenter",
+            build_dir=tmp_path / "q8", env={"qps": 8}, quiet=True)
+
+
+def test_segmenter_refused_qps4(tmp_path):
+    run_rtl(Segmenter(qps=4), toplevel="segmenter", test_module="tests.rtl.test_segmenter",
+            build_dir=tmp_path / "q4", env={"qps": 4}, testcase="run_refused", quiet=True)
+
+
+@pytest.mark.parametrize("kwargs", [{"qps": 0}, {"qps": 9}, {"fifo_depth": 256},
+                                    {"pending_depth": 1}])
+def test_segmenter_bad_params(kwargs):
+    with pytest.raises(ValueError):
+        Segmenter(**kwargs)
