@@ -83,6 +83,47 @@ def _print_send(summary):
         click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The receiving NIC's configuration file (TOML).")
+@click.argument("pcaps", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="pcap of every frame the NIC sent in answer (ACK/SACK/NACK).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the full report (per-frame verdicts, writes, completions) as JSON.")
+@click.option("--raw", is_flag=True, help="Feed frames as captured (no arrival-form rewrite).")
+@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")
+def replay(config_path, pcaps, out, json_path, raw, waves):
+    """Feed the frames of pcap file(s) into the RTL receive path and report what it did."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.replay import run_replay
+
+    console = Console()
+    try:
+        with console.status("simulating the receive pipeline (Icarus)..."):
+            report = run_replay(config_path, pcaps, out=out, json_path=json_path, raw=raw,
+                                waves=waves)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    table = Table(title=f"mrcnic replay: {report['frames']} frames")
+    for col in ("#", "plane", "bytes", "verdict"):
+        table.add_column(col, justify="right")
+    for v in report["verdicts"][:200]:
+        style = None if v["verdict"] == "accepted" else "red"
+        table.add_row(str(v["index"]), str(v["plane"]), str(v["length"]), v["verdict"],
+                      style=style)
+    console.print(table)
+    if len(report["verdicts"]) > 200:
+        console.print(f"... {len(report['verdicts']) - 200} more (see --json)")
+    console.print(f"memory: {report['bytes_written']} bytes written in {len(report['writes'])} "
+                  f"range(s), {report['rewritten_bytes']} written twice; "
+                  f"completions: {len(report['completions'])}; ACK frames sent: {report['acks']}")
+    for path in report.get("pcaps", []):
+        click.echo(f"wrote {path}")
+
+
 @main.group()
 def bench():
     """Cycle-accurate throughput benchmarks (beats / cycles)."""
@@ -108,6 +149,29 @@ def bench_tx_cmd(json_path, packets):
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"bench": "tx", "rows": rows}, fh, indent=2)
+        click.echo(f"wrote {json_path}")
+
+
+@bench.command("rx")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the rows as JSON.")
+@click.option("--packets", type=int, default=48, show_default=True,
+              help="Back-to-back packets per case.")
+def bench_rx_cmd(json_path, packets):
+    """Receive pipeline: input beats and cycles per payload size (valid frames, one plane)."""
+    import json
+
+    from rich.console import Console
+
+    from .sim.bench import bench_rx
+
+    console = Console()
+    with console.status("simulating the receive pipeline (Icarus)..."):
+        rows = bench_rx(packets=packets)
+    _print_bench(console, "RX", rows)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({"bench": "rx", "rows": rows}, fh, indent=2)
         click.echo(f"wrote {json_path}")
 
 

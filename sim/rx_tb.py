@@ -85,12 +85,14 @@ class RxResult:
     """What the receiver did.
 
     ``verdicts``: per input frame "accepted" or "dropped:<REASON>" (verdicts mode);
+    ``cpl_counts``: completions raised so far, after each input frame (verdicts mode);
     ``writes``: host byte address -> times written; ``memory``: {addr: bytes} of
     written ranges; ``completions``: list of dicts; ``acks``: [(plane, bytes)];
     ``drops``: reason -> count; ``in_beats``/``in_cycles``: input beats and the
     cycles from the first to the last input beat.
     """
     verdicts: list
+    cpl_counts: list
     writes: dict
     memory: bytes
     completions: list
@@ -99,6 +101,7 @@ class RxResult:
     counters: dict
     in_beats: int
     in_cycles: int
+    frame_cycles: list = field(default_factory=list)
     build_dir: str = ""
 
 
@@ -120,10 +123,11 @@ def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
             build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
             waves=waves, quiet=True)
     r = json.loads(out_file.read_text())
-    return RxResult(verdicts=r["verdicts"], writes={int(k): v for k, v in r["writes"].items()},
+    return RxResult(verdicts=r["verdicts"], cpl_counts=r["cpl_counts"], writes={int(k): v for k, v in r["writes"].items()},
                     memory=bytes.fromhex(r["memory"]), completions=r["completions"],
                     acks=[(p, bytes.fromhex(f)) for p, f in r["acks"]], drops=r["drops"],
-                    counters=r["counters"], in_beats=r["in_beats"], in_cycles=r["in_cycles"],
+                    counters=r["counters"], in_beats=r["in_beats"],
+                    frame_cycles=r["frame_cycles"], in_cycles=r["in_cycles"],
                     build_dir=str(build_dir))
 
 
@@ -161,6 +165,7 @@ class RxTb:
         self.ack_rx = StreamSink(dut, "ack_rx", dut.clk)
         self.writes = {}
         self.in_beats = 0
+        self.frame_cycles = []        # (first, last) input cycle of each frame, in order
         self.first_in = self.last_in = None
         self.cycle = 0
         cocotb.start_soon(self._watch_writes())
@@ -178,14 +183,20 @@ class RxTb:
         dut = self.dut
         vs = [getattr(dut, f"s_axis_p{i}__tvalid") for i in range(self.ports)]
         rs = [getattr(dut, f"s_axis_p{i}__tready") for i in range(self.ports)]
+        ls = [getattr(dut, f"s_axis_p{i}__tlast") for i in range(self.ports)]
+        starts = [None] * self.ports
         while True:
             await RisingEdge(dut.clk)
             self.cycle += 1
-            for v, r in zip(vs, rs):
+            for i, (v, r) in enumerate(zip(vs, rs)):
                 if v.value.is_resolvable and r.value.is_resolvable and int(v.value) and int(r.value):
                     self.in_beats += 1
                     self.first_in = self.first_in or self.cycle
                     self.last_in = self.cycle
+                    starts[i] = starts[i] or self.cycle
+                    if int(ls[i].value):
+                        self.frame_cycles.append((starts[i], self.cycle))
+                        starts[i] = None
 
     async def _watch_writes(self):
         """Count every byte the AXI4 W channel writes (by AW address and strobes)."""
@@ -267,7 +278,7 @@ if cocotb is not None:
         tb = RxTb(dut, ports)
         await tb.program(tables)
         frames = [(p, bytes.fromhex(f)) for p, f in job["frames"]]
-        verdicts = []
+        verdicts, cpl_counts = [], []
 
         async def settle(limit=400):
             quiet = 0
@@ -287,6 +298,7 @@ if cocotb is not None:
                 moved = [k for k in after if after[k] != before[k]]
                 verdicts.append("accepted" if acc_after > acc_before else
                                 ("dropped:" + moved[0]) if moved else "lost")
+                cpl_counts.append(len(tb.cpl.items))
         else:
             for plane, frame in frames:
                 await tb.sources[plane % ports].send(frame)
@@ -314,8 +326,8 @@ if cocotb is not None:
                         acks_sent=int(dut.acks_sent.value), acks_received=len(tb.ack_rx.items),
                         mem_base=lo)
         Path(tb_param("out")).write_text(json.dumps(dict(
-            verdicts=verdicts, writes={str(k): v for k, v in tb.writes.items()},
+            verdicts=verdicts, cpl_counts=cpl_counts, writes={str(k): v for k, v in tb.writes.items()},
             memory=memory.hex(), completions=completions, acks=acks, drops=tb.drops(),
-            counters=counters, in_beats=tb.in_beats,
+            counters=counters, in_beats=tb.in_beats, frame_cycles=tb.frame_cycles,
             in_cycles=(tb.last_in - tb.first_in + 1) if tb.in_beats else 0)))
 
