@@ -10,17 +10,20 @@ Internal organisation (chosen to fit the ECP5-25F):
 * the wide records (184 bits each) live in one ``amaranth.lib.memory.Memory``
   (one write port, one synchronous read port; ~6 EBRs at depth 256), never in
   flip-flops;
-* per entry, flip-flops hold the live EV ``state`` (2 bits) and ``weight != 0``
-  (1 bit), so the ``eligible`` bitmap (state GOOD and weight non-zero) is
-  available to the spray scheduler for every entry in parallel.  At depth 256
-  that is 768 FFs plus one LUT per entry.
+* per entry, two flip-flops hold "state is GOOD" and "weight is non-zero", so
+  the ``eligible`` bitmap (GOOD and weight non-zero) is available to the spray
+  scheduler for every entry in parallel: 512 FFs and about 4 LUTs per entry at
+  depth 256 (the narrow state port updates only the GOOD flip-flop, which is
+  why both write ports can be used in the same cycle).
 
 The ``state`` field inside the memory is the one last written on the wide
-port; the live state is the flip-flop one, which is what ``rd_data.state``
-returns.
+port.  ``rd_data.state`` is GOOD when the entry is GOOD now; otherwise it is
+the state last written on the wide port, or ASSUMED_BAD when that was GOOD
+(so a DENIED set through the narrow port reads back as ASSUMED_BAD: both mean
+"never used for data").
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -66,8 +69,9 @@ class PathTable(wiring.Component):
         Entry index to read.
     rd_data : Out(PathEntry)
         Entry at ``rd_addr``, one cycle after ``rd_en`` (synchronous read).  Its
-        ``state`` is the live state at the read; a same-cycle wide write to the
-        same entry is not visible (read-before-write).
+        ``state`` is GOOD exactly when the entry was GOOD at the read (see the
+        module notes for the other states); a same-cycle wide write to the same
+        entry is not visible (read-before-write).
     eligible : Out(depth)
         Bit ``i`` set when entry ``i`` is GOOD and has a non-zero weight
         (registered: it reflects every write of the previous cycles).
@@ -97,7 +101,7 @@ class PathTable(wiring.Component):
 
         m.submodules.mem = mem = Memory(shape=PathEntry, depth=depth, init=[])
         wp = mem.write_port()
-        rp = mem.read_port(domain="sync")
+        rp = mem.read_port(domain="sync", transparent_for=(wp,))
 
         w_ok = self.w_en & (self.w_addr < depth) if depth < 256 else self.w_en
         st_ok = self.st_en & (self.st_addr < depth) if depth < 256 else self.st_en
@@ -107,34 +111,43 @@ class PathTable(wiring.Component):
             wp.data.eq(self.w_data),
         ]
 
-        # Per-entry live state and weight-non-zero flags.
-        state = [Signal(EvState, init=EvState.DENIED, name=f"state{i}") for i in range(depth)]
+        # Per-entry flags: live "state is GOOD" and "weight is non-zero" (2 FFs per entry).
+        good = Signal(depth)
         wnz = Signal(depth)
+        st_good = self.st_state == EvState.GOOD
+        w_good = self.w_data.state == EvState.GOOD
         w_nz = self.w_data.weight != 0
+        # Two-level address decode (16 x 16 one-hot) shared by all entries.
+        def decode(en, addr):
+            lo = Signal(16)
+            hi = Signal(16)
+            m.d.comb += [lo.eq(1 << addr[:4]), hi.eq(Mux(en, 1 << addr[4:8], 0))]
+            return lo, hi
+        st_lo, st_hi = decode(st_ok, self.st_addr)
+        w_lo, w_hi = decode(w_ok, self.w_addr)
         for i in range(depth):
-            with m.If(st_ok & (self.st_addr[:abits] == i)):
-                m.d.sync += state[i].eq(self.st_state)
-            with m.Elif(w_ok & (self.w_addr[:abits] == i)):
-                m.d.sync += state[i].eq(self.w_data.state)
-            with m.If(w_ok & (self.w_addr[:abits] == i)):
+            st_hit = st_hi[i // 16] & st_lo[i % 16]
+            w_hit = w_hi[i // 16] & w_lo[i % 16]
+            with m.If(st_hit):
+                m.d.sync += good[i].eq(st_good)
+            with m.Elif(w_hit):
+                m.d.sync += good[i].eq(w_good)
+            with m.If(w_hit):
                 m.d.sync += wnz[i].eq(w_nz)
-        m.d.comb += self.eligible.eq(Cat(*[(state[i] == EvState.GOOD) & wnz[i]
-                                           for i in range(depth)]))
+        m.d.comb += self.eligible.eq(good & wnz)
 
-        # Synchronous read: memory record plus the live state, both captured at the read.
-        live_state = Signal(EvState)
+        # Synchronous read: memory record plus the live GOOD bit, both captured at the read.
         rd_sel = self.rd_addr[:abits]
-        with m.Switch(rd_sel):
-            for i in range(depth):
-                with m.Case(i):
-                    m.d.comb += live_state.eq(state[i])
-        state_q = Signal(EvState)
+        good_q = Signal()
         with m.If(self.rd_en):
-            m.d.sync += state_q.eq(live_state)
+            m.d.sync += good_q.eq(good.bit_select(rd_sel, 1))
         m.d.comb += [
             rp.en.eq(self.rd_en),
             rp.addr.eq(rd_sel),
             self.rd_data.eq(rp.data),
-            self.rd_data.state.eq(state_q),
         ]
+        with m.If(good_q):
+            m.d.comb += self.rd_data.state.eq(EvState.GOOD)
+        with m.Elif(rp.data.state == EvState.GOOD):
+            m.d.comb += self.rd_data.state.eq(EvState.ASSUMED_BAD)
         return m

@@ -1,0 +1,145 @@
+# amaranth: UnusedElaboratable=no
+"""PathTable: both write ports (alone, together, out of range), eligible bitmap, synchronous read."""
+
+import random
+
+import cocotb
+import pytest
+from cocotb.triggers import FallingEdge, ReadOnly
+
+from mrcnic.rtl.layouts import EvState, PathEntry
+from mrcnic.rtl.path_table import PathTable
+from mrcnic.sim.rtlsim import run_rtl, tb_param
+from mrcnic.sim.tb import pack, start, unpack
+
+INPUTS = ["w_en", "w_addr", "w_data", "st_en", "st_addr", "st_state", "rd_en", "rd_addr"]
+GOOD, BAD, DENIED = EvState.GOOD, EvState.ASSUMED_BAD, EvState.DENIED
+
+
+class TB:
+    """Drives the table at falling edges; keeps the expected table (records + live GOOD flag)."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.depth = tb_param("depth")
+        self.mem = {}           # index -> record as last written on the wide port
+        self.good = {}          # index -> live GOOD flag
+
+    async def cycle(self, w=None, st=None, rd=None):
+        """One clock: optional wide write (idx, rec), state write (idx, state), read idx."""
+        dut = self.dut
+        dut.w_en.value = int(w is not None)
+        dut.st_en.value = int(st is not None)
+        dut.rd_en.value = int(rd is not None)
+        if w is not None:
+            dut.w_addr.value, dut.w_data.value = w[0], pack(PathEntry, w[1])
+        if st is not None:
+            dut.st_addr.value, dut.st_state.value = st[0], st[1].value
+        if rd is not None:
+            dut.rd_addr.value = rd
+        await FallingEdge(dut.clk)
+        if w is not None and w[0] < self.depth:
+            self.mem[w[0]] = w[1]
+            self.good[w[0]] = w[1]["state"] == GOOD
+        if st is not None and st[0] < self.depth:
+            self.good[st[0]] = st[1] == GOOD
+        dut.w_en.value = dut.st_en.value = dut.rd_en.value = 0
+
+    def expected(self, i):
+        rec = dict(self.mem[i])
+        if self.good[i]:
+            rec["state"] = GOOD
+        elif rec["state"] == GOOD:
+            rec["state"] = BAD
+        return rec
+
+    async def check_eligible(self):
+        await ReadOnly()
+        want = sum(1 << i for i in self.mem if self.good[i] and self.mem[i]["weight"])
+        assert int(self.dut.eligible.value) == want
+        await FallingEdge(self.dut.clk)
+
+    async def read(self, i):
+        await self.cycle(rd=i)
+        await ReadOnly()
+        got = unpack(PathEntry, self.dut.rd_data.value)
+        await FallingEdge(self.dut.clk)
+        return got
+
+
+def record(rng, state=None, weight=None):
+    return {"ev": rng.getrandbits(32), "port": rng.randrange(8),
+            "state": state if state is not None else rng.choice([GOOD, GOOD, BAD, DENIED]),
+            "weight": weight if weight is not None else rng.choice([0, 1, 2, 3, 255]),
+            "n_carriers": rng.randint(1, 4), "seg_base": rng.getrandbits(8),
+            "da": rng.getrandbits(128)}
+
+
+@cocotb.test()
+async def run_table(dut):
+    tb = TB(dut)
+    rng = random.Random(11)
+    await start(dut, INPUTS)
+    await FallingEdge(dut.clk)
+    await ReadOnly()
+    assert int(dut.eligible.value) == 0           # after reset nothing is eligible
+    await FallingEdge(dut.clk)
+
+    for i in range(tb.depth):
+        await tb.cycle(w=(i, record(rng)))
+    await tb.check_eligible()
+    for i in rng.sample(range(tb.depth), 16):
+        assert await tb.read(i) == tb.expected(i)
+
+    # out-of-range writes are ignored (they must not alias onto a low entry)
+    if tb.depth < 256:
+        for a in (tb.depth, tb.depth + 3, 255):
+            await tb.cycle(w=(a, record(rng, GOOD, 7)), st=(a, BAD))
+        await tb.check_eligible()
+        for a in (0, 3, 255 % tb.depth):
+            assert await tb.read(a) == tb.expected(a)
+
+    # narrow state port: GOOD <-> ASSUMED_BAD / DENIED, read back rule
+    for _ in range(60):
+        i = rng.randrange(tb.depth)
+        await tb.cycle(st=(i, rng.choice([GOOD, BAD, DENIED])))
+        if rng.random() < 0.3:
+            await tb.check_eligible()
+    await tb.check_eligible()
+    for i in range(tb.depth):
+        assert await tb.read(i) == tb.expected(i), i
+
+    # both ports in one cycle: same entry -> st_state wins, other fields from the wide write
+    a, b = 5, 9
+    await tb.cycle(w=(a, record(rng, GOOD, 2)), st=(a, DENIED))
+    await tb.check_eligible()
+    assert not tb.good[a] and (await tb.read(a))["state"] == BAD and (await tb.read(a))["weight"] == 2
+    # different entries in one cycle: both applied
+    await tb.cycle(w=(a, record(rng, GOOD, 3)), st=(b, GOOD))
+    await tb.check_eligible()
+    assert await tb.read(a) == tb.expected(a) and await tb.read(b) == tb.expected(b)
+
+    # rd_data holds while rd_en is low; a read in the cycle of a write sees the new record
+    held = await tb.read(a)
+    await tb.cycle(w=(a, record(rng, GOOD, 1)))
+    await ReadOnly()
+    assert unpack(PathEntry, dut.rd_data.value) == held
+    await FallingEdge(dut.clk)
+    new = record(rng, GOOD, 4)
+    dut.rd_en.value, dut.rd_addr.value = 1, b
+    await tb.cycle(w=(b, new), rd=b)
+    await ReadOnly()
+    assert unpack(PathEntry, dut.rd_data.value) == tb.expected(b) == new
+    await FallingEdge(dut.clk)
+
+
+@pytest.mark.parametrize("depth", [64, 256])
+def test_path_table(tmp_path, depth):
+    run_rtl(PathTable(depth), toplevel="path_table", test_module="tests.rtl.test_path_table",
+            build_dir=tmp_path / f"pt{depth}", env={"depth": depth}, quiet=True)
+
+
+@pytest.mark.parametrize("depth", [0, 8, 100, 512])
+def test_bad_depth(depth):
+    with pytest.raises(ValueError):
+        PathTable(depth)
