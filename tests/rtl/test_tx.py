@@ -36,8 +36,9 @@ def scapy_icrc(arrived: bytes) -> bytes:
     return bytes(pkt)[-4:]
 
 
-def check_frames(result, tables, qp, data, va, rkey, imm=None, start_psn=0):
+def check_frames(result, tables, qp, data, va, rkey, imm=None):
     """Check every frame against Scapy and the configuration; return the entries used."""
+    start_psn = tables.qp_contexts[qp]["start_psn"]
     pmtu = 1 << tables.globals["pmtu_log2"]
     base, count = tables.qp_contexts[qp]["profile_base"], tables.qp_contexts[qp]["profile_count"]
     frames = sorted(result.frames, key=lambda f: f[2])
