@@ -1,4 +1,4 @@
-"""ACK / SACK / NACK / probe-reply frame generator.
+"""ACK / SACK / NACK / probe-reply and EV probe frame generator.
 
 Turns each :class:`~mrcnic.rtl.layouts.AckRequest` of the SACK tracker, with
 the reverse path chosen for it by the receiving NIC's spray scheduler, into
@@ -9,10 +9,17 @@ one 102-byte frame (13 beats of 64 bits), byte-equal to
           / BTH(RC ACKNOWLEDGE, DestQP = peer QPN, PSN = cumulative PSN)
           / AETH(syndrome, MSN) / MRCSack(EV, flags, base PSN, bitmap, ts) / ICRC
 
+and each :class:`ProbeFrameReq` (OCP MRC "EV probe" on one path-table entry)
+into one 90-byte frame (12 beats), byte-equal to
+``mrcnic.wire.build_probe_frame``::
+
+    Ether / IPv6 / UDP / BTH(MRC_PROBE 0xC0, DestQP = peer QPN, PSN 0)
+          / MRCProbe(EV, port, probe_id, ts) / ICRC
+
 Sources: IBTA Vol. 1 9.2 (BTH), 9.3.4 (AETH), IBTA RoCEv2 annex A17
 (UDP 4791, ICRC), RFC 3168 (ECT(0)), RFC 9800 (uSID carrier arrival DA),
-OCP MRC 1.0 EV format profiles (flow label / UDP source port), mrcnic wire
-format v1 (MRCSack).
+OCP MRC 1.0 EV format profiles (flow label / UDP source port) and EV probes,
+mrcnic wire format v1 (MRCSack, MRCProbe; docs/wire-format.md 11, 12).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
@@ -22,15 +29,39 @@ from amaranth.lib.wiring import In, Out
 from mrcnic import wire
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
-from .layouts import MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, RxQpContext
+from .layouts import (MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
+                      RxQpContext)
 
-__all__ = ["AckGen", "ACK_FRAME_BYTES"]
+__all__ = ["AckGen", "ProbeFrameReq", "ACK_FRAME_BYTES", "PROBE_FRAME_BYTES"]
 
 ACK_FRAME_BYTES = 102   #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 4 AETH + 20 MRCSack + 4 ICRC
-_BEATS = (ACK_FRAME_BYTES + 7) // 8
-_UDP_LEN = ACK_FRAME_BYTES - 14 - 40
-_CRC_FIRST = 10      # ICRC covers bytes 6..97; bytes 6..9 are constant 0xFF (pseudo LRH)
-_CRC_WORDS = (ACK_FRAME_BYTES - 4 - _CRC_FIRST) // 8     # 11 words of 8 bytes: 10..97
+PROBE_FRAME_BYTES = 90  #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 12 MRCProbe + 4 ICRC
+_BEATS = (ACK_FRAME_BYTES + 7) // 8                     # 13
+_PROBE_BEATS = (PROBE_FRAME_BYTES + 7) // 8             # 12
+# ICRC covers bytes 6..len-5.  Bytes 6..13 are constant in the ICRC view (pseudo
+# LRH 0xFF x 8); the constant head is folded in at the start, the rest goes in
+# 8-byte words, one per cycle:
+_CRC_FIRST = 10      # ACK: bytes 6..9 constant, words over bytes 10..97 (11 words)
+_CRC_WORDS = (ACK_FRAME_BYTES - 4 - _CRC_FIRST) // 8
+_PCRC_FIRST = 14     # probe: bytes 6..13 constant, words over bytes 14..85 (9 words)
+_PCRC_WORDS = (PROBE_FRAME_BYTES - 4 - _PCRC_FIRST) // 8
+assert _CRC_FIRST + 8 * _CRC_WORDS == ACK_FRAME_BYTES - 4
+assert _PCRC_FIRST + 8 * _PCRC_WORDS == PROBE_FRAME_BYTES - 4
+
+
+class ProbeFrameReq(data.Struct):
+    """One EV probe to send (OCP MRC "EV probe" on {destination, EV, port}).
+
+    ``qp`` local QP (its context gives the peer QPN, EV mode and peer uSID),
+    ``probe_id`` 16-bit sender tag, ``ts`` 32-bit send time in ns (sender's
+    clock, echoed by the probe reply), ``entry`` the path-table entry probed:
+    the probe leaves on ``entry.port`` with DA ``entry.da`` and carries
+    ``entry.ev`` in its flow label / UDP source port and in MRCProbe.
+    """
+    qp: 3
+    probe_id: 16
+    ts: 32
+    entry: PathEntry
 
 
 def _be(value, nbytes):
@@ -43,23 +74,34 @@ def _c(value, nbytes):
 
 
 class AckGen(wiring.Component):
-    """ACK / SACK / NACK / probe-reply frame generator, one AXI-Stream per plane.
+    """ACK / SACK / NACK / probe-reply and EV probe frame generator, one AXI-Stream per plane.
 
-    For each request, one ``req`` and one ``path`` item are taken together
-    (both must be valid).  The frame leaves on plane ``path.entry.port`` to
-    ``next_hop_mac[port]`` with IPv6 DA ``path.entry.da``; its flow label and
-    UDP source port carry ``path.entry.ev`` by the QP's EV mode (SRV6/STEV:
-    fl = EV[19:0], sport = 0xC000 | EV[31:20]; UDP: fl = 0, sport = 0xC000 |
-    EV[13:0]).  The MRCSack echoes ``req.ev`` (the data's EV, not the ACK's
-    own).  BTH.DestQP = the QP's ``peer_qpn``, BTH.PSN = ``req.cum_psn``.
-    The ICRC (IBTA A17.3.3) is computed over the arrival form: in SRV6 mode
-    the DA's 32-bit locator block followed by the QP's ``peer_usid`` and
-    zeros (the peer NIC's own uSID, what the DA has become at arrival); in
-    STEV/UDP mode the DA itself.
+    **ACKs.** For each ACK, one ``req`` and one ``path`` item are taken
+    together (both must be valid).  The frame leaves on plane
+    ``path.entry.port`` to ``next_hop_mac[port]`` with IPv6 DA
+    ``path.entry.da``; its flow label and UDP source port carry
+    ``path.entry.ev`` by the QP's EV mode (SRV6/STEV: fl = EV[19:0], sport =
+    0xC000 | EV[31:20]; UDP: fl = 0, sport = 0xC000 | EV[13:0]).  The MRCSack
+    echoes ``req.ev`` (the data's EV, not the ACK's own).  BTH.DestQP = the
+    QP's ``peer_qpn``, BTH.PSN = ``req.cum_psn``.
 
-    ACKs carry no SRH in wire format v1: a path entry with ``n_carriers`` > 1
-    (or a ``port`` >= ``ports``) cannot carry an ACK; the request is consumed,
-    nothing is sent and ``dropped`` counts it.
+    **Probes.** For each ``probe`` item, one 90-byte EV probe frame leaves on
+    plane ``probe.entry.port`` with DA ``probe.entry.da``, flow label / UDP
+    source port from ``probe.entry.ev`` as above, BTH(OpCode 0xC0, DestQP =
+    the QP's ``peer_qpn``, PSN 0) and MRCProbe(ev = ``entry.ev``, port =
+    ``entry.port``, probe_id, ts).
+
+    Both kinds: the ICRC (IBTA A17.3.3) is computed over the arrival form: in
+    SRV6 mode the DA's 32-bit locator block followed by the QP's
+    ``peer_usid`` and zeros (the peer NIC's own uSID, what the DA has become
+    at arrival); in STEV/UDP mode the DA itself.  Control frames carry no SRH
+    in wire format v1: an entry with ``n_carriers`` > 1 (or a ``port`` >=
+    ``ports``) is consumed, nothing is sent and ``dropped`` counts it.
+
+    **Arbitration.** Whole frames only, never interleaved beats.  When only
+    one kind waits it is taken; when both wait, ACKs go first, then the two
+    kinds alternate (a probe after each ACK taken while a probe waits), so
+    neither starves.  Dropped requests count as taken.
 
     Parameters
     ----------
@@ -74,6 +116,8 @@ class AckGen(wiring.Component):
         ACK requests from the SACK tracker.
     path : In(stream.Signature(Decision))
         The reverse path of each ACK, one per request (spray scheduler output).
+    probe : In(stream.Signature(ProbeFrameReq))
+        EV probes to send (path-table entry, QP, probe_id, ts in ns).
     globals : In(NicGlobals)
         Source MAC, source IPv6 address, DSCP (static configuration).
     next_hop_mac : In(data.ArrayLayout(48, ports))
@@ -81,15 +125,20 @@ class AckGen(wiring.Component):
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(RxQpContext)
         QP table write port (``peer_qpn``, ``mode``, ``peer_usid`` are used).
     m_axis_p0 .. m_axis_p{ports-1} : Out(AxiStreamSignature(64))
-        Frames, byte lane 0 first on the wire; 13 beats, the last with
-        ``tkeep`` = 0x3F; no idle beat inside a frame.
-    sent, dropped : Out(32)
-        Frames sent; requests dropped (path with an SRH or a bad port).
+        Frames, byte lane 0 first on the wire; an ACK is 13 beats, the last
+        with ``tkeep`` = 0x3F; a probe is 12 beats, the last with ``tkeep``
+        = 0x03; no idle beat inside a frame.
+    sent : Out(32)
+        ACK frames sent.
+    probes_sent : Out(32)
+        Probe frames sent.
+    dropped : Out(32)
+        ACK and probe requests dropped (entry with an SRH or a bad port).
 
-    Latency and throughput: the first beat is valid the cycle after
-    ``req``/``path`` are taken; one frame at a time, so a new request is
-    taken the cycle after the last beat's handshake (14 cycles per ACK with
-    the sink always ready).  ``tvalid`` never waits on ``tready``.
+    Latency and throughput: the first beat is valid the cycle after a
+    request is taken; one frame at a time, so a new request is taken the
+    cycle after the last beat's handshake (14 cycles per ACK, 13 per probe
+    with the sink always ready).  ``tvalid`` never waits on ``tready``.
     """
 
     def __init__(self, ports: int = 4, qps: int = MAX_QPS):
@@ -101,12 +150,14 @@ class AckGen(wiring.Component):
         members = {
             "req": In(stream.Signature(AckRequest)),
             "path": In(stream.Signature(Decision)),
+            "probe": In(stream.Signature(ProbeFrameReq)),
             "globals": In(NicGlobals),
             "next_hop_mac": In(data.ArrayLayout(48, ports)),
             "qp_w_en": In(1),
             "qp_w_addr": In(3),
             "qp_w_data": In(RxQpContext),
             "sent": Out(32),
+            "probes_sent": Out(32),
             "dropped": Out(32),
         }
         for i in range(ports):
@@ -122,16 +173,20 @@ class AckGen(wiring.Component):
         m.d.comb += [qp_wr.addr.eq(self.qp_w_addr), qp_wr.data.eq(self.qp_w_data),
                      qp_wr.en.eq(self.qp_w_en & (self.qp_w_addr < self.qps))]
 
-        req = Signal(AckRequest)
-        path = Signal(Decision)
+        req = Signal(AckRequest)          # ACK fields (valid while an ACK is sent)
+        probe_id = Signal(16)             # probe fields (valid while a probe is sent)
+        probe_ts = Signal(32)
+        qp = Signal(3)                    # common: local QP and path entry of the frame
+        ent = Signal(PathEntry)
+        is_probe = Signal()               # kind of the frame being sent
+        last_ack = Signal()               # the last request taken was an ACK
         busy = Signal()
         beat = Signal(range(_BEATS))
         crc = Signal(32)
         crc_i = Signal(range(_CRC_WORDS + 1))
-        m.d.comb += qp_rd.addr.eq(req.qp)
+        m.d.comb += qp_rd.addr.eq(qp)
         ctx = qp_rd.data
         g = self.globals
-        ent = path.entry
 
         # ---- the frame, as bytes (wire order) and its ICRC view -------------
         srv6 = ctx.mode == EvMode.SRV6
@@ -141,76 +196,119 @@ class AckGen(wiring.Component):
         sport = Cat(Mux(udp, ent.ev[:14], ent.ev[20:32]), Const(0b11, 2))
         arrival_da = Mux(srv6, Cat(Const(0, 80), ctx.peer_usid, ent.da[96:128]), ent.da)
         ver_tc_fl = Cat(fl, tc, Const(6, 4))                    # 32 bits
-        frame = (
+        l3_len = Mux(is_probe, Const(PROBE_FRAME_BYTES - 54, 16),    # IPv6 payload = UDP length
+                     Const(ACK_FRAME_BYTES - 54, 16))
+        opcode = Mux(is_probe, wire.OP_PROBE, wire.OP_ACK)
+        psn = Mux(is_probe, 0, req.cum_psn)
+        head = (                                                 # bytes 0..73, both kinds
             _be(self.next_hop_mac[ent.port], 6) + _be(g.src_mac, 6) + _c(0x86DD, 2)
-            + _be(ver_tc_fl, 4) + _c(_UDP_LEN, 2) + _c(17, 1) + _c(64, 1)
+            + _be(ver_tc_fl, 4) + _be(l3_len, 2) + _c(17, 1) + _c(64, 1)
             + _be(g.src_ip, 16) + _be(ent.da, 16)
-            + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _c(_UDP_LEN, 2) + _c(0, 2)
-            + _c(wire.OP_ACK, 1) + _c(0, 1) + _c(0xFFFF, 2) + _c(0, 1)
-            + _be(ctx.peer_qpn, 3) + _c(0, 1) + _be(req.cum_psn, 3)
-            + _be(req.syndrome, 1) + _be(req.msn, 3)
+            + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _be(l3_len, 2) + _c(0, 2)
+            + _be(opcode, 1) + _c(0, 1) + _c(0xFFFF, 2) + _c(0, 1)
+            + _be(ctx.peer_qpn, 3) + _c(0, 1) + _be(psn, 3)
+        )
+        ack_frame = head + (
+            _be(req.syndrome, 1) + _be(req.msn, 3)
             + _be(req.ev, 4) + _be(req.flags, 1) + _be(req.base_psn, 3)
             + _be(req.bitmap, 8) + _be(req.ts, 4)
         )
-        assert len(frame) == ACK_FRAME_BYTES - 4
-        view = list(frame)
-        view[6:14] = _c(0xFFFFFFFFFFFFFFFF, 8)                 # pseudo LRH
-        view[14:18] = _c(0x6FFFFFFF, 4)                         # version, TC, flow label
-        view[21] = Const(0xFF, 8)                               # hop limit
-        view[38:54] = _be(arrival_da, 16)                       # DA at arrival
-        view[60:62] = _c(0xFFFF, 2)                             # UDP checksum
-        view[66] = Const(0xFF, 8)                               # BTH FECN/BECN/resv6
+        probe_frame = head + (
+            _be(ent.ev, 4) + _be(Cat(ent.port, Const(0, 5)), 1) + _c(0, 1) + _be(probe_id, 2) + _be(probe_ts, 4)
+        )
+        assert len(ack_frame) == ACK_FRAME_BYTES - 4
+        assert len(probe_frame) == PROBE_FRAME_BYTES - 4
 
-        # ICRC: bytes 6..9 folded in at the start (constant), then one 8-byte word
-        # of bytes 10..97 per cycle, independently of tready; it is done after 11
-        # cycles, before the last beat (beat 12) can be presented.
-        words = Array(Cat(*view[_CRC_FIRST + 8 * k:_CRC_FIRST + 8 * k + 8])
-                      for k in range(_CRC_WORDS))
+        def icrc_view(frame):
+            view = list(frame)
+            view[6:14] = _c(0xFFFFFFFFFFFFFFFF, 8)             # pseudo LRH
+            view[14:18] = _c(0x6FFFFFFF, 4)                     # version, TC, flow label
+            view[21] = Const(0xFF, 8)                           # hop limit
+            view[38:54] = _be(arrival_da, 16)                   # DA at arrival
+            view[60:62] = _c(0xFFFF, 2)                         # UDP checksum
+            view[66] = Const(0xFF, 8)                           # BTH FECN/BECN/resv6
+            return view
+
+        # ICRC: the constant head (bytes 6..9 for an ACK, 6..13 for a probe) is
+        # folded in when the request is taken, then one 8-byte word per cycle,
+        # independently of tready: done after 11 (ACK) / 9 (probe) cycles, before
+        # the first beat holding ICRC bytes (beat 12 / beat 10) can be presented.
+        ack_view, probe_view = icrc_view(ack_frame), icrc_view(probe_frame)
+        words = Array(
+            Mux(is_probe,
+                Cat(*probe_view[_PCRC_FIRST + 8 * k:_PCRC_FIRST + 8 * k + 8]) if k < _PCRC_WORDS else 0,
+                Cat(*ack_view[_CRC_FIRST + 8 * k:_CRC_FIRST + 8 * k + 8]))
+            for k in range(_CRC_WORDS))
         word = Signal(64)
+        crc_n = Mux(is_probe, _PCRC_WORDS, _CRC_WORDS)
         m.d.comb += word.eq(words[crc_i])
-        with m.If(busy & (crc_i != _CRC_WORDS)):
+        with m.If(busy & (crc_i != crc_n)):
             m.d.sync += [crc.eq(crc32_update(crc, word, 8)), crc_i.eq(crc_i + 1)]
         icrc = crc32_final(crc)
-        wire_bytes = frame + [icrc[8 * i:8 * i + 8] for i in range(4)]   # ICRC little-endian
-        wire_bytes += [Const(0, 8)] * (8 * _BEATS - len(wire_bytes))
+        icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]     # ICRC little-endian
+        pad_to = 8 * _BEATS
+        ack_bytes = ack_frame + icrc_le
+        ack_bytes += [Const(0, 8)] * (pad_to - len(ack_bytes))
+        probe_bytes = probe_frame + icrc_le
+        probe_bytes += [Const(0, 8)] * (pad_to - len(probe_bytes))
+        wire_bytes = [a if a is p else Mux(is_probe, p, a) for a, p in zip(ack_bytes, probe_bytes)]
         beats = Array(Cat(*wire_bytes[8 * b:8 * b + 8]) for b in range(_BEATS))
 
         # ---- output routing --------------------------------------------------
         tdata = Signal(64)
         m.d.comb += tdata.eq(beats[beat])
         out_ready = Signal()
-        is_last = beat == _BEATS - 1
+        is_last = beat == Mux(is_probe, _PROBE_BEATS - 1, _BEATS - 1)
+        last_keep = Mux(is_probe, (1 << (PROBE_FRAME_BYTES - 8 * (_PROBE_BEATS - 1))) - 1,
+                        (1 << (ACK_FRAME_BYTES - 8 * (_BEATS - 1))) - 1)
         for i in range(self.ports):
             port = getattr(self, f"m_axis_p{i}")
             sel = ent.port == i
             m.d.comb += [
                 port.tdata.eq(tdata),
-                port.tkeep.eq(Mux(is_last, (1 << (ACK_FRAME_BYTES - 8 * (_BEATS - 1))) - 1, 0xFF)),
+                port.tkeep.eq(Mux(is_last, last_keep, 0xFF)),
                 port.tlast.eq(is_last),
                 port.tvalid.eq(busy & sel),
             ]
             with m.If(sel):
                 m.d.comb += out_ready.eq(port.tready)
 
-        # ---- control -----------------------------------------------------------
-        take = Signal()
+        # ---- arbitration and control ----------------------------------------
+        ack_wait = self.req.valid & self.path.valid
+        pick_probe = self.probe.valid & (~ack_wait | last_ack)
+        take_ack = Signal()
+        take_probe = Signal()
         m.d.comb += [
-            take.eq(~busy & self.req.valid & self.path.valid),
-            self.req.ready.eq(take),
-            self.path.ready.eq(take),
+            take_ack.eq(~busy & ack_wait & ~pick_probe),
+            take_probe.eq(~busy & pick_probe),
+            self.req.ready.eq(take_ack),
+            self.path.ready.eq(take_ack),
+            self.probe.ready.eq(take_probe),
         ]
-        with m.If(take):
-            m.d.sync += [req.eq(self.req.payload), path.eq(self.path.payload),
-                         beat.eq(0), crc_i.eq(0),
-                         crc.eq(crc32_update(Const(CRC32_INIT, 32), Const(0xFFFFFFFF, 32), 4))]
-            pe = self.path.payload.entry
-            with m.If((pe.n_carriers > 1) | (pe.port >= self.ports)):
+        new_ent = Signal(PathEntry)
+        m.d.comb += new_ent.eq(Mux(take_probe, self.probe.payload.entry, self.path.payload.entry))
+        with m.If(take_ack | take_probe):
+            m.d.sync += [ent.eq(new_ent), is_probe.eq(take_probe), last_ack.eq(take_ack),
+                         beat.eq(0), crc_i.eq(0)]
+            with m.If((new_ent.n_carriers > 1) | (new_ent.port >= self.ports)):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():
                 m.d.sync += busy.eq(1)
+        with m.If(take_ack):
+            m.d.sync += [req.eq(self.req.payload), qp.eq(self.req.payload.qp),
+                         crc.eq(crc32_update(Const(CRC32_INIT, 32), Const(0xFFFFFFFF, 32), 4))]
+        with m.If(take_probe):
+            m.d.sync += [qp.eq(self.probe.payload.qp), probe_id.eq(self.probe.payload.probe_id),
+                         probe_ts.eq(self.probe.payload.ts),
+                         crc.eq(crc32_update(Const(CRC32_INIT, 32),
+                                             Const(0xFFFFFFFFFFFFFFFF, 64), 8))]
         with m.If(busy & out_ready):
             m.d.sync += beat.eq(beat + 1)
             with m.If(is_last):
-                m.d.sync += [busy.eq(0), self.sent.eq(self.sent + 1)]
+                m.d.sync += busy.eq(0)
+                with m.If(is_probe):
+                    m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
+                with m.Else():
+                    m.d.sync += self.sent.eq(self.sent + 1)
 
         return m
