@@ -187,5 +187,9 @@ def _print_bench(console, name, rows):
     console.print(table)
 
 
+from .fw.cli import fw as _fw  # noqa: E402  (the `mrcnic fw` group, fw/cli.py)
+
+main.add_command(_fw)
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,640 @@
+"""``mrcnic fw``: the firmware command line (a board over UART, a simulation over TCP).
+
+Every command goes through :class:`mrcnic.fw.client.CsrClient` (names, fields and
+legal values from the one register map) over a transport chosen by ``--target``:
+
+* ``uart:DEVICE[:BAUD]`` -- a board's ``UartAxilBridge`` (``mrcnic.fw.uart``, 8N1,
+  default 115200 baud);
+* ``tcp:HOST:PORT`` -- a simulation or model served by ``mrcnic.fw.tcp.CsrServer``.
+
+EV profiles: with ``--config FILE`` (the TOML the NIC was provisioned from) the
+profiles have their names and ``ev_min_active``; without it they are read back
+from the NIC's transmit QP contexts (``txqp.profile_base/profile_count``), named
+``qp<N>`` after the first QP using each range, with ``ev_min_active`` = 1 (the
+hardware does not store the floor, so the last GOOD EV is protected only).
+
+Output: rich tables for people, ``--json`` for scripts (``counters --watch
+--json`` prints one JSON object per line).  Errors (unknown EV or profile,
+values out of range, a deny that would break ``ev_min_active``, bus errors,
+link errors) print one clear message, exit with status 1 and write nothing:
+every check runs before the first register write.
+"""
+
+import ipaddress
+import json
+import sys
+import time
+
+import click
+
+from ..regmap import REGMAP
+from ..rtl.layouts import EvState
+from .client import CsrClient, CsrValueError, pack_record
+from .transport import TransportError
+from .uart import LinkError
+
+__all__ = ["fw", "open_target", "parse_target"]
+
+
+class FwError(click.ClickException):
+    """A clear, user-facing error of an ``mrcnic fw`` command (exit status 1)."""
+
+
+def parse_target(target: str):
+    """``uart:DEVICE[:BAUD]`` -> ("uart", device, baud); ``tcp:HOST:PORT`` -> ("tcp", host, port)."""
+    kind, _, rest = target.partition(":")
+    if kind == "uart" and rest:
+        dev, baud = rest, 115200
+        head, _, tail = rest.rpartition(":")
+        if head and tail.isdigit():
+            dev, baud = head, int(tail)
+        if baud <= 0:
+            raise ValueError(f"bad baud rate in {target!r}")
+        return ("uart", dev, baud)
+    if kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return ("tcp", host.strip("[]"), int(port))
+    raise ValueError(f"bad target {target!r}: use uart:DEVICE[:BAUD] or tcp:HOST:PORT")
+
+
+def open_target(target: str, timeout: float | None = None):
+    """The transport of a ``--target`` string (opened)."""
+    kind, where, arg = parse_target(target)
+    if kind == "uart":
+        from .uart import UartTransport
+        return UartTransport(where, arg, **({"timeout": timeout} if timeout else {}))
+    from .tcp import TcpTransport
+    return TcpTransport(where, arg, **({"timeout": timeout} if timeout else {}))
+
+
+class _Ctx:
+    """Lazily opened link, loaded config and cached reads of one command."""
+
+    def __init__(self, target, config, as_json, timeout):
+        self.target, self.config_path, self.as_json, self.timeout = target, config, as_json, timeout
+        self._client = self._cfg = None
+
+    @property
+    def client(self) -> CsrClient:
+        if self._client is None:
+            self._client = CsrClient(open_target(self.target, self.timeout))
+        return self._client
+
+    @property
+    def cfg(self):
+        if self._cfg is None and self.config_path:
+            from ..config import compile_tables, load_config
+            cfg = load_config(self.config_path)
+            self._cfg = (cfg, compile_tables(cfg))
+        return self._cfg
+
+    # -- output -------------------------------------------------------------------------
+    def console(self):
+        from rich.console import Console
+        return Console(width=None if sys.stdout.isatty() else 160)
+
+    def emit(self, obj, table_fn):
+        if self.as_json:
+            click.echo(json.dumps(obj, indent=2, default=str))
+        else:
+            self.console().print(table_fn())
+
+    # -- EV profiles ----------------------------------------------------------------------
+    def profiles(self) -> dict:
+        """{name: dict(base, count, ev_min_active)} from --config or the NIC's QP contexts."""
+        if self.cfg is not None:
+            cfg, hw = self.cfg
+            return {name: dict(base=b, count=n, ev_min_active=cfg.ev_profiles[name].ev_min_active)
+                    for name, (b, n) in hw.profile_ranges.items()}
+        out, seen = {}, set()
+        for q in range(self.client.read("ID_MAX_QPS")):
+            ctx = self.client.read_table("txqp", q)
+            rng = (ctx["profile_base"], ctx["profile_count"])
+            if ctx["profile_count"] and rng not in seen:
+                seen.add(rng)
+                out[f"qp{q}"] = dict(base=rng[0], count=rng[1], ev_min_active=1)
+        return out
+
+    def profile(self, name):
+        profs = self.profiles()
+        if name not in profs:
+            raise FwError(f"unknown EV profile {name!r} (profiles: {', '.join(profs) or 'none'})")
+        return profs[name]
+
+    def entries(self, prof) -> list:
+        """Path-table entries of a profile, each with its ``index``."""
+        out = []
+        for i in range(prof["base"], prof["base"] + prof["count"]):
+            e = self.client.read_table("path", i)
+            e["index"] = i
+            out.append(e)
+        return out
+
+    def resolve_ev(self, ev: int, profile: str | None):
+        """(profile name, profile, its entries, indices of EV ``ev``) or FwError."""
+        profs = {profile: self.profile(profile)} if profile else self.profiles()
+        hits = []
+        for name, prof in profs.items():
+            entries = self.entries(prof)
+            idx = [e["index"] for e in entries if e["ev"] == ev]
+            if idx:
+                hits.append((name, prof, entries, idx))
+        if not hits:
+            known = sorted({e["ev"] for p in profs.values() for e in self.entries(p)})
+            shown = ", ".join(f"{v:#x}" for v in known[:16]) + (" ..." if len(known) > 16 else "")
+            where = f"profile {profile}" if profile else f"any EV profile ({', '.join(profs) or 'none'})"
+            raise FwError(f"unknown EV {ev:#x}: not in {where}; EVs: {shown or 'none'}")
+        if len(hits) > 1:
+            raise FwError(f"EV {ev:#x} is in profiles {', '.join(h[0] for h in hits)}: "
+                          "choose one with --profile")
+        return hits[0]
+
+
+class _IntType(click.ParamType):
+    name = "INT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return int(value, 0)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer (decimal or 0x...)", param, ctx)
+
+
+INT = _IntType()
+
+
+def _guard(fn):
+    """Turn firmware / link / config errors into one clear message (exit status 1)."""
+    import functools
+
+    from ..config import ConfigError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (CsrValueError, ConfigError) as exc:
+            raise FwError(str(exc)) from None
+        except (TransportError, LinkError) as exc:
+            raise FwError(f"{exc}") from None
+        except ValueError as exc:
+            raise FwError(str(exc)) from None
+    return wrapper
+
+
+def _table(title, columns, rows):
+    from rich.table import Table
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, justify="left" if c in ("register", "field", "profile", "state",
+                                                 "reason", "DA", "MAC", "admin", "description", "what",
+                                                 "note") else "right")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+def _mac(v):
+    return ":".join(f"{(v >> (8 * (5 - i))) & 0xFF:02x}" for i in range(6))
+
+
+def _state(v):
+    return EvState(v).name
+
+
+# ----------------------------------------------------------------------------------------
+@click.group("fw")
+@click.option("--target", required=True, envvar="MRCNIC_TARGET", metavar="TARGET",
+              help="uart:DEVICE[:BAUD] (board) or tcp:HOST:PORT (simulation). Env: MRCNIC_TARGET.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The NIC's config (TOML): EV profile names and ev_min_active.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for each response.")
+@click.pass_context
+def fw(ctx, target, config_path, as_json, timeout):
+    """Firmware: manage a NIC through its CSR bank (docs/register-map.md)."""
+    try:
+        parse_target(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target")
+    ctx.obj = _Ctx(target, config_path, as_json, timeout)
+
+
+@fw.command()
+@click.pass_obj
+@_guard
+def device(obj):
+    """Identity and capabilities (ID block)."""
+    ident = obj.client.identity()
+    ver = obj.client.decode("ID_VERSION", ident["ID_VERSION"])
+    data = dict(ident, version=f"{ver['major']}.{ver['minor']}")
+    obj.emit(data, lambda: _table(f"mrcnic CSR bank v{data['version']} at {obj.target}",
+                                  ("register", "value", "description"),
+                                  [(n, f"{v:#x}" if n == "ID_MAGIC" else
+                                    data["version"] if n == "ID_VERSION" else v,
+                                    REGMAP[n].doc.replace("``", "`")) for n, v in ident.items()]))
+
+
+# ---- ports ------------------------------------------------------------------------------
+def _ports_state(c):
+    n = c.read("ID_PORTS")
+    up = c.read_field("PORT_ADMIN", "up")
+    rows = []
+    for p in range(n):
+        mac = c.read(f"PORT{p}_NH_MAC_HI") << 32 | c.read(f"PORT{p}_NH_MAC_LO")
+        rows.append(dict(port=p, admin="up" if up >> p & 1 else "down", next_hop_mac=_mac(mac)))
+    return rows
+
+
+@fw.group(invoke_without_command=True)
+@click.pass_context
+def ports(ctx):
+    """Planes: admin state and next-hop MACs; `ports enable|disable P`."""
+    if ctx.invoked_subcommand is None:
+        _show_ports(ctx.obj)
+
+
+@_guard
+def _show_ports(obj):
+    rows = _ports_state(obj.client)
+    obj.emit(rows, lambda: _table("ports", ("port", "admin", "MAC"),
+                                  [(r["port"], r["admin"], r["next_hop_mac"]) for r in rows]))
+
+
+def _set_port(obj, port, up):
+    c = obj.client
+    n = c.read("ID_PORTS")
+    if not 0 <= port < n:
+        raise FwError(f"port {port} does not exist (ports 0..{n - 1})")
+    bits = c.read_field("PORT_ADMIN", "up")
+    bits = bits | (1 << port) if up else bits & ~(1 << port)
+    c.write_field("PORT_ADMIN", "up", bits)
+    _show_ports(obj)
+
+
+@ports.command("enable")
+@click.argument("port", type=INT)
+@click.pass_obj
+@_guard
+def ports_enable(obj, port):
+    """Set plane PORT administratively up."""
+    _set_port(obj, port, True)
+
+
+@ports.command("disable")
+@click.argument("port", type=INT)
+@click.pass_obj
+@_guard
+def ports_disable(obj, port):
+    """Set plane PORT administratively down (it sends nothing)."""
+    _set_port(obj, port, False)
+
+
+# ---- EVs --------------------------------------------------------------------------------
+@fw.group()
+def ev():
+    """EV profiles: list, weights, deny/allow, probes."""
+
+
+def _ev_rows(entries):
+    return [dict(index=e["index"], ev=e["ev"], port=e["port"], state=_state(e["state"]),
+                 weight=e["weight"], carriers=e["n_carriers"],
+                 da=str(ipaddress.IPv6Address(e["da"]))) for e in entries]
+
+
+@ev.command("list")
+@click.argument("profile", required=False)
+@click.pass_obj
+@_guard
+def ev_list(obj, profile):
+    """Entries (EV, port, state, weight, DA) of PROFILE (default: every profile)."""
+    profs = {profile: obj.profile(profile)} if profile else obj.profiles()
+    data = {name: dict(prof, entries=_ev_rows(obj.entries(prof))) for name, prof in profs.items()}
+
+    def render():
+        from rich.console import Group
+        tables = []
+        for name, p in data.items():
+            good = len({(r["ev"], r["port"]) for r in p["entries"] if r["state"] == "GOOD"})
+            tables.append(_table(
+                f"EV profile {name}: entries {p['base']}..{p['base'] + p['count'] - 1}, "
+                f"{good} GOOD EVs, ev_min_active {p['ev_min_active']}",
+                ("index", "EV", "port", "state", "weight", "carriers", "DA"),
+                [(r["index"], f"{r['ev']:#x}", r["port"], r["state"], r["weight"], r["carriers"],
+                  r["da"]) for r in p["entries"]]))
+        return Group(*tables) if tables else "no EV profile"
+    obj.emit(data, render)
+
+
+_profile_opt = click.option("--profile", default=None, help="EV profile holding the EV.")
+
+
+@ev.command("set-weight")
+@click.argument("ev_value", metavar="EV", type=INT)
+@click.argument("weight", type=INT)
+@_profile_opt
+@click.pass_obj
+@_guard
+def ev_set_weight(obj, ev_value, weight, profile):
+    """Set the weight (decisions per round) of every copy of EV."""
+    f = REGMAP["EV_WEIGHT_SET"].field("weight")
+    if not f.legal(weight):
+        raise FwError(f"weight {weight} out of range 0..{(1 << f.width) - 1}")
+    name, _, _, idx = obj.resolve_ev(ev_value, profile)
+    for i in idx:
+        obj.client.set_ev_weight(i, weight)
+    _report(obj, "set-weight", name, ev_value, idx, weight=weight)
+
+
+def _report(obj, action, profile, ev_value, idx, **extra):
+    data = dict(action=action, profile=profile, ev=ev_value, entries=idx, **extra)
+    obj.emit(data, lambda: f"{action}: EV {ev_value:#x} of profile {profile}, entries "
+                           f"{', '.join(map(str, idx))}"
+                           + "".join(f", {k} {v}" for k, v in extra.items()))
+
+
+@ev.command("deny")
+@click.argument("ev_value", metavar="EV", type=INT)
+@_profile_opt
+@click.pass_obj
+@_guard
+def ev_deny(obj, ev_value, profile):
+    """Mark EV DENIED (never used for data); refused if it would break ev_min_active."""
+    name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
+    up = obj.client.read_field("PORT_ADMIN", "up")
+    good = {(e["ev"], e["port"]) for e in entries
+            if e["state"] == EvState.GOOD.value and e["index"] not in idx and up >> e["port"] & 1}
+    if len(good) < prof["ev_min_active"]:
+        raise FwError(f"denying EV {ev_value:#x} would leave {len(good)} GOOD EVs in profile {name}, "
+                      f"below its ev_min_active {prof['ev_min_active']}; nothing changed")
+    for i in idx:
+        obj.client.set_ev_state(i, EvState.DENIED)
+    _report(obj, "deny", name, ev_value, idx, good_evs_left=len(good))
+
+
+@ev.command("allow")
+@click.argument("ev_value", metavar="EV", type=INT)
+@_profile_opt
+@click.pass_obj
+@_guard
+def ev_allow(obj, ev_value, profile):
+    """Return EV to GOOD (every copy)."""
+    name, _, _, idx = obj.resolve_ev(ev_value, profile)
+    for i in idx:
+        obj.client.set_ev_state(i, EvState.GOOD)
+    _report(obj, "allow", name, ev_value, idx)
+
+
+@ev.command("probe")
+@click.argument("ev_value", metavar="EV", type=INT)
+@_profile_opt
+@click.option("--wait", type=float, default=1.0, show_default=True,
+              help="Seconds to wait for the probe replies.")
+@click.pass_obj
+@_guard
+def ev_probe(obj, ev_value, profile, wait):
+    """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)."""
+    name, _, entries, idx = obj.resolve_ev(ev_value, profile)
+    by_port = {}
+    for e in entries:
+        if e["index"] in idx:
+            by_port.setdefault(e["port"], e["index"])
+    want = set(by_port.values())
+    c = obj.client
+    for i in sorted(want):
+        c.probe(i)
+    replies, deadline = [], time.monotonic() + wait
+    while want - {r["index"] for r in replies} and time.monotonic() < deadline:
+        r = c.pop_probe_reply()
+        if r is None:
+            time.sleep(0.01)
+            continue
+        replies.append(dict(index=r.index, rtt_ns=r.rtt_ns, requested=r.index in want))
+    missing = sorted(want - {r["index"] for r in replies})
+    data = dict(profile=name, ev=ev_value, replies=replies, missing=missing)
+    obj.emit(data, lambda: _table(f"EV probe {ev_value:#x} ({name})", ("index", "RTT ns", "note"),
+                                  [(r["index"], r["rtt_ns"], "" if r["requested"] else "other probe")
+                                   for r in replies] + [(i, "-", "no reply") for i in missing]))
+    if missing and not replies:
+        raise FwError(f"no probe reply for EV {ev_value:#x} within {wait} s")
+
+
+# ---- events / counters ------------------------------------------------------------------
+@fw.command()
+@click.option("--max", "limit", type=int, default=4096, show_default=True,
+              help="Stop after this many events.")
+@click.pass_obj
+@_guard
+def events(obj, limit):
+    """Pop and print the queued EV events (OCP MRC 1.0 EV events)."""
+    c, out, evs = obj.client, [], {}
+    while len(out) < limit:
+        e = c.pop_event()
+        if e is None:
+            break
+        if e.index not in evs:
+            evs[e.index] = c.read_table("path", e.index)["ev"]
+        out.append(dict(index=e.index, ev=evs[e.index], state=e.state.name, reason=e.reason.name))
+    obj.emit(out, lambda: _table(f"{len(out)} EV events", ("index", "EV", "state", "reason"),
+                                 [(r["index"], f"{r['ev']:#x}", r["state"], r["reason"])
+                                  for r in out]))
+
+
+_COUNTERS = [r.name for b in REGMAP.blocks if b.name == "CNT" for r in b.registers] + [
+    "EV_EVENT_COUNT", "RO_WRITE_ATTEMPTS"]
+
+
+def _read_counters(c):
+    names = [n for n in _COUNTERS if n in REGMAP]
+    return {n: c.read(n) for n in names}
+
+
+@fw.command()
+@click.option("--watch", is_flag=True, help="Repeat every --interval seconds, with deltas.")
+@click.option("--interval", type=float, default=1.0, show_default=True)
+@click.option("--count", type=int, default=0, help="With --watch: stop after N samples (0 = Ctrl-C).")
+@click.pass_obj
+@_guard
+def counters(obj, watch, interval, count):
+    """NIC counters (RX drops by reason, RX/TX totals)."""
+    c, prev, n = obj.client, None, 0
+    try:
+        while True:
+            cur = _read_counters(c)
+            delta = {k: (v - prev[k]) & 0xFFFFFFFF for k, v in cur.items()} if prev else None
+            if obj.as_json:
+                click.echo(json.dumps(dict(counters=cur, delta=delta) if watch else cur,
+                                      indent=None if watch else 2))
+            else:
+                cols = ("register", "value") + (("delta",) if delta else ())
+                rows = [(k, v) + ((delta[k],) if delta else ()) for k, v in cur.items()]
+                obj.console().print(_table(f"counters ({obj.target})", cols, rows))
+            n += 1
+            if not watch or (count and n >= count):
+                return
+            prev = cur
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+# ---- congestion control -----------------------------------------------------------------
+@fw.group()
+def cc():
+    """CC profiles (NSCC parameters) of the QPs."""
+
+
+def _cc_fields():
+    from amaranth.lib import data
+    return [n for n, _ in data.Layout.cast(REGMAP.table("cc").layout)]
+
+
+@cc.command("show")
+@click.argument("qp", type=INT, required=False)
+@click.pass_obj
+@_guard
+def cc_show(obj, qp):
+    """NSCC parameters of QP (default: every QP)."""
+    c = obj.client
+    nq = c.read("ID_MAX_QPS")
+    if qp is not None and not 0 <= qp < nq:
+        raise FwError(f"QP {qp} does not exist (QPs 0..{nq - 1})")
+    qps = [qp] if qp is not None else list(range(nq))
+    data = {q: c.read_table("cc", q) for q in qps}
+    fields = _cc_fields()
+    obj.emit({str(q): v for q, v in data.items()},
+             lambda: _table("CC profiles (NSCC)", ("field",) + tuple(f"QP {q}" for q in qps),
+                            [(f,) + tuple(data[q][f] for q in qps) for f in fields]))
+
+
+@cc.command("set")
+@click.argument("qp", type=INT)
+@click.argument("assignments", nargs=-1, metavar="FIELD=VALUE...")
+@click.option("--profile", "cc_profile", default=None,
+              help="Load the named [cc_profiles] entry of --config first.")
+@click.pass_obj
+@_guard
+def cc_set(obj, qp, assignments, cc_profile):
+    """Change NSCC parameters of QP (read-modify-write of its cc table entry)."""
+    from ..rtl.nscc import nscc_config
+    c = obj.client
+    if not assignments and not cc_profile:
+        raise FwError("nothing to set: give FIELD=VALUE pairs and/or --profile NAME")
+    nq = c.read("ID_MAX_QPS")
+    if not 0 <= qp < nq:
+        raise FwError(f"QP {qp} does not exist (QPs 0..{nq - 1})")
+    fields = _cc_fields()
+    updates = {}
+    for a in assignments:
+        key, eq, val = a.partition("=")
+        if not eq:
+            raise FwError(f"{a!r} is not FIELD=VALUE")
+        if key not in fields:
+            raise FwError(f"unknown NSCC field {key!r} (fields: {', '.join(fields)})")
+        try:
+            updates[key] = int(val, 0)
+        except ValueError:
+            raise FwError(f"{key}: {val!r} is not an integer") from None
+    if cc_profile:
+        if obj.cfg is None:
+            raise FwError("--profile needs --config FILE")
+        cfg, _ = obj.cfg
+        if cc_profile not in cfg.cc_profiles:
+            raise FwError(f"unknown CC profile {cc_profile!r} "
+                          f"(profiles: {', '.join(cfg.cc_profiles) or 'none'})")
+        rec = nscc_config(cfg.cc_profiles[cc_profile])
+    else:
+        rec = c.read_table("cc", qp)
+    rec.update(updates)
+    pack_record(REGMAP.table("cc").layout, rec, "cc")      # check every value before writing
+    c.write_table("cc", qp, rec)
+    obj.emit(dict(qp=qp, cc=rec), lambda: _table(f"CC profile of QP {qp} (written)",
+                                                  ("field", "value"), list(rec.items())))
+
+
+# ---- provisioning -----------------------------------------------------------------------
+def provision_plan(cfg, hw, ident):
+    """The register and table writes that program ``cfg`` (checked against the device).
+
+    Returns a list of ("reg", name, value) / ("table", name, index, record); raises
+    ``FwError`` when the device cannot hold the configuration.  Order: ports down,
+    NIC settings, tables, then the final port admin state.
+    """
+    from ..rtl.nscc import nscc_config
+    caps = [("ports", max(p.id for p in cfg.ports) + 1, "ID_PORTS"),
+            ("path-table entries", len(hw.path_entries), "ID_PATH_DEPTH"),
+            ("QPs", len(cfg.qps), "ID_MAX_QPS"),
+            ("memory regions", len(hw.memory_regions), "ID_MAX_REGIONS"),
+            ("SRH segment words", len(hw.segments), "ID_SEG_DEPTH")]
+    for what, need, reg in caps:
+        if need > ident[reg]:
+            raise FwError(f"{cfg.source}: needs {need} {what}, the NIC has {ident[reg]} ({reg})")
+    g = hw.globals
+    plan = [("reg", "PORT_ADMIN", 0),
+            ("reg", "NIC_SRC_MAC_LO", g["src_mac"] & 0xFFFFFFFF),
+            ("reg", "NIC_SRC_MAC_HI", g["src_mac"] >> 32)]
+    plan += [("reg", f"NIC_SRC_IP{i}", (g["src_ip"] >> (32 * i)) & 0xFFFFFFFF) for i in range(4)]
+    plan += [("reg", "NIC_DSCP", g["dscp"] | hw.trim_dscp << 8),
+             ("reg", "NIC_PMTU_LOG2", g["pmtu_log2"]),
+             ("reg", "NIC_USID", hw.local_usid),
+             ("reg", "NIC_LOCATOR", hw.locator_block)]
+    for p, mac in enumerate(hw.next_hop_mac):
+        plan += [("reg", f"PORT{p}_NH_MAC_LO", mac & 0xFFFFFFFF), ("reg", f"PORT{p}_NH_MAC_HI", mac >> 32)]
+    plan += [("table", "path", i, e) for i, e in enumerate(hw.path_entries)]
+    plan += [("table", "seg", i, s) for i, s in enumerate(hw.segments)]
+    nq, nr = ident["ID_MAX_QPS"], ident["ID_MAX_REGIONS"]
+    empty_tx = dict(dest_qpn=0, start_psn=0, mode=0, profile_base=0, profile_count=0, peer_usid=0,
+                    rkey_check=0)
+    plan += [("table", "txqp", q, hw.qp_contexts[q] if q < len(hw.qp_contexts) else empty_tx)
+             for q in range(nq)]
+    plan += [("table", "rxqp", q, hw.rx_qps[q] if q < len(hw.rx_qps) else dict(valid=0))
+             for q in range(nq)]
+    plan += [("table", "mr", i, hw.memory_regions[i] if i < len(hw.memory_regions) else dict(valid=0))
+             for i in range(nr)]
+    plan += [("table", "cc", q, nscc_config(cfg.cc_profile(qp))) for q, qp in enumerate(cfg.qps)]
+    plan.append(("reg", "PORT_ADMIN", sum(1 << p for p, up in enumerate(hw.port_up) if up)))
+    # check every value now: nothing is written if anything is wrong
+    for item in plan:
+        if item[0] == "table":
+            pack_record(REGMAP.table(item[1]).layout, item[3], f"{item[1]}[{item[2]}]")
+    return plan
+
+
+@fw.command()
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Check and list the writes, write nothing.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read every table entry back after writing.")
+@click.pass_obj
+@_guard
+def provision(obj, config_file, dry_run, verify):
+    """Program the NIC from a configuration file (docs/config.md)."""
+    from ..config import compile_tables, load_config
+    cfg = load_config(config_file)
+    hw = compile_tables(cfg)
+    c = obj.client
+    plan = provision_plan(cfg, hw, c.identity())
+    if not dry_run:
+        for item in plan:
+            if item[0] == "reg":
+                c.write(item[1], item[2])
+            else:
+                c.write_table(item[1], item[2], item[3])
+        if verify:
+            for item in plan:
+                if item[0] == "table" and item[1] in ("path", "seg", "txqp", "mr", "cc"):
+                    got = c.read_table(item[1], item[2])
+                    want = pack_record(REGMAP.table(item[1]).layout, item[3])
+                    if pack_record(REGMAP.table(item[1]).layout, got) != want:
+                        raise FwError(f"verify failed: {item[1]}[{item[2]}] reads back {got}")
+    summary = {}
+    for item in plan:
+        key = item[1] if item[0] == "table" else "registers"
+        summary[key] = summary.get(key, 0) + 1
+    data = dict(config=config_file, dry_run=dry_run, writes=summary,
+                profiles={n: dict(base=b, count=k) for n, (b, k) in hw.profile_ranges.items()})
+    obj.emit(data, lambda: _table(f"{'would program' if dry_run else 'programmed'} {cfg.nic.name}",
+                                  ("what", "writes"), list(summary.items())))

@@ -1,0 +1,425 @@
+"""UART-to-AXI4-Lite bridge: the board's control-plane port (``mrcnic fw --target uart:...``).
+
+A host speaks the framed protocol of ``docs/uart-protocol.md`` over an 8N1 UART;
+the bridge checks every frame (sync byte, command, length, CRC-8) and only then
+turns it into AXI4-Lite transactions on ``m_axil`` (normally wired to the CSR bank,
+:class:`mrcnic.rtl.csr.CsrBank`).  The Python side of the same protocol is
+``mrcnic.fw.uart`` (codec + pyserial transport); the TCP transport of a simulation
+(``mrcnic.fw.tcp``) carries the very same frames.
+
+The UART receiver and transmitter are small 8N1 blocks of this file
+(:class:`UartRx`, :class:`UartTx`): Amaranth 0.5 has no UART in its library and
+amaranth-stdio is not released.  They exist only to serve the bridge.
+"""
+
+import math
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import crc, stream, wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from .axi import Axi4LiteSignature
+
+__all__ = ["UartRx", "UartTx", "UartAxilBridge", "SYNC_REQUEST", "SYNC_RESPONSE",
+           "CMD_READ", "CMD_WRITE", "STATUS_OK", "STATUS_SLVERR", "STATUS_DECERR",
+           "STATUS_BAD_FRAME", "STATUS_BAD_CHECKSUM", "CRC8", "MAX_BURST"]
+
+SYNC_REQUEST = 0xA5        #: first byte of a request frame
+SYNC_RESPONSE = 0x5A       #: first byte of a response frame
+CMD_READ = 0x01            #: read LEN words from ADDR, ADDR+4, ... (LEN = 1: read32)
+CMD_WRITE = 0x02           #: write32 (LEN must be 1)
+STATUS_OK = 0x00           #: AXI OKAY
+STATUS_SLVERR = 0x02       #: AXI SLVERR (e.g. an unmapped CSR address)
+STATUS_DECERR = 0x03       #: AXI DECERR
+STATUS_BAD_FRAME = 0x10    #: unknown command or illegal LEN; nothing done
+STATUS_BAD_CHECKSUM = 0x11 #: CRC-8 mismatch; nothing done
+MAX_BURST = 255            #: largest LEN of a READ
+#: CRC-8/SMBUS (poly 0x07, init 0, no reflection, no final XOR), check value 0xF4
+CRC8 = crc.catalog.CRC8_SMBUS(data_width=8)
+
+
+def _divisor(clk_hz, baud):
+    if not (isinstance(clk_hz, (int, float)) and clk_hz > 0):
+        raise ValueError(f"clk_hz must be a positive number, not {clk_hz!r}")
+    if not (isinstance(baud, (int, float)) and baud > 0):
+        raise ValueError(f"baud must be a positive number, not {baud!r}")
+    div = round(clk_hz / baud)
+    if div < 8:
+        raise ValueError(f"baud {baud} is too fast for a {clk_hz} Hz clock: a bit must last at "
+                         f"least 8 cycles (it would last {clk_hz / baud:.2f})")
+    err = abs(clk_hz / div - baud) / baud
+    if err > 0.02:
+        raise ValueError(f"baud {baud} is {err:.1%} off with a {clk_hz} Hz clock (divisor {div}); "
+                         "8N1 needs an error below 2%")
+    return div
+
+
+class UartRx(wiring.Component):
+    """8N1 UART receiver (LSB first, one start bit, 8 data bits, one stop bit).
+
+    The line is synchronised by two flip-flops; a start bit is confirmed at its
+    middle (a shorter low glitch is ignored), every data bit and the stop bit are
+    sampled at their middle.  The receiver is back in its idle state at the middle
+    of the stop bit, so back-to-back bytes are received at full rate.
+
+    Parameters
+    ----------
+    divisor : int
+        Clock cycles per bit (>= 8), ``round(clk_hz / baud)``.
+
+    Attributes
+    ----------
+    rx : In(1)
+        Serial input, idle high.
+    data : Out(stream.Signature(8, always_ready=True))
+        One ``valid`` pulse per received byte (no backpressure: the consumer must
+        take it in that cycle).  Latency: the middle of the stop bit (+2 cycles
+        of synchroniser) after the byte's start edge.
+    framing_error : Out(1)
+        One-cycle pulse when a stop bit reads 0 (the byte is dropped; the
+        receiver then waits for the line to go high again, so a break is one error).
+    """
+
+    def __init__(self, divisor: int):
+        if not (isinstance(divisor, int) and divisor >= 8):
+            raise ValueError(f"divisor must be an int >= 8 cycles per bit, not {divisor!r}")
+        self.divisor = divisor
+        super().__init__({
+            "rx": In(1, init=1),
+            "data": Out(stream.Signature(8, always_ready=True)),
+            "framing_error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        div = self.divisor
+        line = Signal(init=1)
+        m.submodules.sync_rx = FFSynchronizer(self.rx, line, init=1)
+        count = Signal(range(div))
+        bits = Signal(range(8))
+        shreg = Signal(8)
+        m.d.sync += [self.data.valid.eq(0), self.framing_error.eq(0)]
+        m.d.comb += self.data.payload.eq(shreg)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(~line):
+                    m.d.sync += count.eq(div // 2 - 1)
+                    m.next = "START"
+            with m.State("START"):
+                with m.If(count == 0):
+                    with m.If(~line):
+                        m.d.sync += [count.eq(div - 1), bits.eq(0)]
+                        m.next = "DATA"
+                    with m.Else():
+                        m.next = "IDLE"                     # glitch, not a start bit
+                with m.Else():
+                    m.d.sync += count.eq(count - 1)
+            with m.State("DATA"):
+                with m.If(count == 0):
+                    m.d.sync += [shreg.eq(Cat(shreg[1:], line)), count.eq(div - 1),
+                                 bits.eq(bits + 1)]
+                    with m.If(bits == 7):
+                        m.next = "STOP"
+                with m.Else():
+                    m.d.sync += count.eq(count - 1)
+            with m.State("STOP"):
+                with m.If(count == 0):
+                    with m.If(line):
+                        m.d.sync += self.data.valid.eq(1)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += self.framing_error.eq(1)
+                        m.next = "BREAK"
+                with m.Else():
+                    m.d.sync += count.eq(count - 1)
+            with m.State("BREAK"):
+                with m.If(line):
+                    m.next = "IDLE"
+        return m
+
+
+class UartTx(wiring.Component):
+    """8N1 UART transmitter.
+
+    Parameters
+    ----------
+    divisor : int
+        Clock cycles per bit (>= 8).
+
+    Attributes
+    ----------
+    data : In(stream.Signature(8))
+        Bytes to send; ``ready`` is high while the transmitter is idle, a byte
+        is taken at ``valid & ready`` and occupies the line for 10 bit times.
+    tx : Out(1)
+        Serial output (registered), idle high.
+    """
+
+    def __init__(self, divisor: int):
+        if not (isinstance(divisor, int) and divisor >= 8):
+            raise ValueError(f"divisor must be an int >= 8 cycles per bit, not {divisor!r}")
+        self.divisor = divisor
+        super().__init__({"data": In(stream.Signature(8)), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        div = self.divisor
+        busy = Signal()
+        shreg = Signal(9)
+        bits = Signal(range(10))
+        count = Signal(range(div))
+        m.d.comb += self.data.ready.eq(~busy)
+        with m.If(~busy):
+            with m.If(self.data.valid):
+                m.d.sync += [busy.eq(1), self.tx.eq(0), shreg.eq(Cat(self.data.payload, 1)),
+                             bits.eq(9), count.eq(div - 1)]
+        with m.Elif(count == 0):
+            m.d.sync += count.eq(div - 1)
+            with m.If(bits == 0):
+                m.d.sync += busy.eq(0)
+            with m.Else():
+                m.d.sync += [self.tx.eq(shreg[0]), shreg.eq(shreg[1:]), bits.eq(bits - 1)]
+        with m.Else():
+            m.d.sync += count.eq(count - 1)
+        return m
+
+
+class UartAxilBridge(wiring.Component):
+    """UART (8N1) framed-protocol to AXI4-Lite manager bridge (``docs/uart-protocol.md``).
+
+    Request ``A5 TAG CMD LEN ADDR[2] (DATA[4]) CRC``, response
+    ``5A TAG CMD LEN DATA[4*LEN] STATUS CRC`` (multi-byte fields little endian,
+    CRC-8/SMBUS over every byte after the sync byte).  ``CMD`` 0x01 reads ``LEN``
+    (1..255) words at ``ADDR``, ``ADDR+4``, ... (one AXI4-Lite read each; after an
+    error the remaining words are not read and are sent as 0); 0x02 writes one
+    word (``LEN`` = 1).  ``STATUS`` is the AXI response (OKAY 0, SLVERR 2,
+    DECERR 3) or BAD_FRAME (0x10) / BAD_CHECKSUM (0x11).
+
+    Never half-applied: the AXI4-Lite write is issued only after the whole frame,
+    CRC included, has been received and checked.  A bad CRC is answered
+    BAD_CHECKSUM, an unknown command or illegal ``LEN`` is answered BAD_FRAME
+    once the line has been quiet for 40 bit times (the rest of the bad frame is
+    discarded); neither touches the bus.  A frame that stops arriving (no byte
+    for ``timeout_us``) is dropped silently and the receiver hunts for the next
+    sync byte.  Bytes arriving while a request is executed or answered are
+    ignored: the host keeps one request outstanding.  Every drop is counted.
+
+    The AXI4-Lite subordinate must answer every transaction (the CSR bank does);
+    AW and W are presented together, ``bready``/``rready`` are high while waiting.
+
+    Parameters
+    ----------
+    clk_hz : int
+        ``sync`` clock frequency, Hz.
+    baud : int
+        UART bit rate (default 115200); ``clk_hz / baud`` must be >= 8 cycles
+        and within 2% of an integer.
+    timeout_us : float
+        A partial frame is dropped after this many microseconds without a byte
+        (default 10000 = 10 ms, generous for USB-UART adapters).
+
+    Attributes
+    ----------
+    rx : In(1)
+        UART receive line (from the host), idle high; asynchronous (synchronised inside).
+    tx : Out(1)
+        UART transmit line (to the host), idle high.
+    m_axil : Out(Axi4LiteSignature(16, 32))
+        AXI4-Lite manager (Verilog ``m_axil__awaddr`` ...), one transaction at a time.
+    frames : Out(16)
+        Requests executed (wraps).
+    bad_frames : Out(16)
+        Requests answered BAD_FRAME (wraps).
+    bad_checksums : Out(16)
+        Requests answered BAD_CHECKSUM (wraps).
+    timeouts : Out(16)
+        Partial frames dropped by the timeout (wraps).
+    rx_errors : Out(16)
+        UART framing errors (stop bit 0; the byte is dropped) (wraps).
+    """
+
+    def __init__(self, clk_hz: int, baud: int = 115200, timeout_us: float = 10_000):
+        self.divisor = _divisor(clk_hz, baud)
+        if not (isinstance(timeout_us, (int, float)) and timeout_us > 0):
+            raise ValueError(f"timeout_us must be a positive number, not {timeout_us!r}")
+        self.timeout_cycles = math.ceil(clk_hz * timeout_us / 1e6)
+        self.drain_cycles = 40 * self.divisor
+        if self.timeout_cycles < 20 * self.divisor:
+            raise ValueError(f"timeout_us {timeout_us} is shorter than two byte times at {baud} baud")
+        if self.timeout_cycles >= 1 << 32:
+            raise ValueError(f"timeout_us {timeout_us} is too long (over 2**32 cycles)")
+        self.clk_hz, self.baud, self.timeout_us = clk_hz, baud, timeout_us
+        super().__init__({
+            "rx": In(1, init=1),
+            "tx": Out(1, init=1),
+            "m_axil": Out(Axi4LiteSignature(16, 32)),
+            "frames": Out(16),
+            "bad_frames": Out(16),
+            "bad_checksums": Out(16),
+            "timeouts": Out(16),
+            "rx_errors": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        axil = self.m_axil
+        m.submodules.uart_rx = urx = UartRx(self.divisor)
+        m.submodules.uart_tx = utx = UartTx(self.divisor)
+        m.submodules.crc_rx = crc_rx = CRC8.create()
+        m.submodules.crc_tx = crc_tx = CRC8.create()
+        m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
+
+        byte, got = urx.data.payload, urx.data.valid
+        with m.If(urx.framing_error):
+            m.d.sync += self.rx_errors.eq(self.rx_errors + 1)
+
+        # cycles since the last received byte (saturating)
+        idle_max = max(self.timeout_cycles, self.drain_cycles)
+        idle = Signal(range(idle_max + 1))
+        with m.If(got):
+            m.d.sync += idle.eq(0)
+        with m.Elif(idle != idle_max):
+            m.d.sync += idle.eq(idle + 1)
+
+        tag, cmd, length = Signal(8), Signal(8), Signal(8)
+        addr, wdata, rdata = Signal(16), Signal(32), Signal(32)
+        status, len_out = Signal(8), Signal(8)
+        nbyte = Signal(2)               # byte of the current data word
+        words = Signal(8)               # data words sent
+        aw_done, w_done = Signal(), Signal()
+
+        m.d.comb += [crc_rx.data.eq(byte), crc_tx.data.eq(utx.data.payload),
+                     axil.awaddr.eq(addr), axil.araddr.eq(addr), axil.wdata.eq(wdata),
+                     axil.wstrb.eq(0b1111), axil.awprot.eq(0), axil.arprot.eq(0)]
+        sent = utx.data.valid & utx.data.ready
+
+        def take(next_state):
+            """Receive one byte of the frame (into the CRC) and move on; or time out."""
+            m.d.comb += crc_rx.valid.eq(got)
+            with m.If(got):
+                m.next = next_state
+            with m.Elif(idle >= self.timeout_cycles):
+                m.d.sync += self.timeouts.eq(self.timeouts + 1)
+                m.next = "HUNT"
+
+        def send(value, next_state):
+            m.d.comb += [utx.data.payload.eq(value), utx.data.valid.eq(1), crc_tx.valid.eq(sent)]
+            with m.If(sent):
+                m.next = next_state
+
+        with m.FSM():
+            with m.State("HUNT"):
+                with m.If(got & (byte == SYNC_REQUEST)):
+                    m.d.comb += crc_rx.start.eq(1)
+                    m.next = "TAG"
+            with m.State("TAG"):
+                take("CMD")
+                with m.If(got):
+                    m.d.sync += tag.eq(byte)
+            with m.State("CMD"):
+                take("LEN")
+                with m.If(got):
+                    m.d.sync += cmd.eq(byte)
+                    with m.If((byte != CMD_READ) & (byte != CMD_WRITE)):
+                        m.next = "DRAIN"
+            with m.State("LEN"):
+                take("ADDR0")
+                with m.If(got):
+                    m.d.sync += length.eq(byte)
+                    with m.If(Mux(cmd == CMD_WRITE, byte != 1, byte == 0)):
+                        m.next = "DRAIN"
+            with m.State("ADDR0"):
+                take("ADDR1")
+                with m.If(got):
+                    m.d.sync += addr[:8].eq(byte)
+            with m.State("ADDR1"):
+                take("CHECK")
+                with m.If(got):
+                    m.d.sync += [addr[8:].eq(byte), nbyte.eq(0)]
+                    with m.If(cmd == CMD_WRITE):
+                        m.next = "DATA"
+            with m.State("DATA"):
+                take("DATA")
+                with m.If(got):
+                    m.d.sync += [wdata.eq(Cat(wdata[8:], byte)), nbyte.eq(nbyte + 1)]
+                    with m.If(nbyte == 3):
+                        m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(got):
+                    m.d.sync += [words.eq(0), nbyte.eq(0), aw_done.eq(0), w_done.eq(0),
+                                 status.eq(STATUS_OK), len_out.eq(0)]
+                    with m.If(byte != crc_rx.crc):
+                        m.d.sync += [status.eq(STATUS_BAD_CHECKSUM),
+                                     self.bad_checksums.eq(self.bad_checksums + 1)]
+                        m.next = "T_SYNC"
+                    with m.Else():
+                        m.d.sync += self.frames.eq(self.frames + 1)
+                        with m.If(cmd == CMD_WRITE):
+                            m.next = "AXI_W"
+                        with m.Else():
+                            m.d.sync += len_out.eq(length)
+                            m.next = "T_SYNC"
+                with m.Elif(idle >= self.timeout_cycles):
+                    m.d.sync += self.timeouts.eq(self.timeouts + 1)
+                    m.next = "HUNT"
+            with m.State("DRAIN"):
+                # discard the rest of a malformed frame, answer once the line is quiet
+                with m.If(~got & (idle >= self.drain_cycles)):
+                    m.d.sync += [status.eq(STATUS_BAD_FRAME), len_out.eq(0),
+                                 self.bad_frames.eq(self.bad_frames + 1)]
+                    m.next = "T_SYNC"
+            with m.State("AXI_W"):
+                m.d.comb += [axil.awvalid.eq(~aw_done), axil.wvalid.eq(~w_done),
+                             axil.bready.eq(aw_done & w_done)]
+                with m.If(axil.awvalid & axil.awready):
+                    m.d.sync += aw_done.eq(1)
+                with m.If(axil.wvalid & axil.wready):
+                    m.d.sync += w_done.eq(1)
+                with m.If(axil.bready & axil.bvalid):
+                    m.d.sync += status.eq(axil.bresp)
+                    m.next = "T_SYNC"
+            with m.State("T_SYNC"):
+                m.d.comb += [utx.data.payload.eq(SYNC_RESPONSE), utx.data.valid.eq(1),
+                             crc_tx.start.eq(1)]
+                with m.If(sent):
+                    m.next = "T_TAG"
+            with m.State("T_TAG"):
+                send(tag, "T_CMD")
+            with m.State("T_CMD"):
+                send(cmd, "T_LEN")
+            with m.State("T_LEN"):
+                send(len_out, "T_STATUS")
+                with m.If(sent & (len_out != 0)):
+                    m.next = "AXI_AR"
+            with m.State("AXI_AR"):
+                with m.If(status != STATUS_OK):
+                    m.d.sync += rdata.eq(0)              # after an error: no read, send 0
+                    m.next = "T_DATA"
+                with m.Else():
+                    m.d.comb += axil.arvalid.eq(1)
+                    with m.If(axil.arready):
+                        m.next = "AXI_R"
+            with m.State("AXI_R"):
+                m.d.comb += axil.rready.eq(1)
+                with m.If(axil.rvalid):
+                    m.d.sync += [rdata.eq(Mux(axil.rresp == 0, axil.rdata, 0)),
+                                 status.eq(axil.rresp)]
+                    m.next = "T_DATA"
+            with m.State("T_DATA"):
+                send(rdata.word_select(nbyte, 8), "T_DATA")
+                with m.If(sent):
+                    m.d.sync += nbyte.eq(nbyte + 1)
+                    with m.If(nbyte == 3):
+                        m.d.sync += [words.eq(words + 1), addr.eq(addr + 4)]
+                        with m.If(words + 1 == len_out):
+                            m.next = "T_STATUS"
+                        with m.Else():
+                            m.next = "AXI_AR"
+            with m.State("T_STATUS"):
+                send(status, "T_CRC")
+            with m.State("T_CRC"):
+                m.d.comb += [utx.data.payload.eq(crc_tx.crc), utx.data.valid.eq(1)]
+                with m.If(sent):
+                    m.next = "HUNT"
+        return m
