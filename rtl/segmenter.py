@@ -6,6 +6,12 @@ own PSN, its own remote VA and length (MRC carries a RETH on every packet so the
 receiver places each one independently), one spray decision (its EV, asked of
 the spray scheduler), and its payload, fetched from host memory with AXI4 INCR
 read bursts (ARM IHI 0022E) that never cross a 4 KiB boundary.
+
+For MRC reliability the segmenter also re-sends single packets on request of
+sender reliability (a trim NACK or an ACK timeout): it keeps a small table of
+the outstanding messages of every QP, rebuilds the packet from it (same PSN,
+VA, length, opcode, immediate; payload read again from host memory) and sprays
+it on another path-table entry than the one that lost it.
 """
 
 from amaranth import Array, Const, Module, Mux, Signal
@@ -15,12 +21,14 @@ from amaranth.lib.wiring import In, Out
 from mrcnic import wire
 from .axi import Axi4ReadSignature
 from .axis import AxiStreamSignature
-from .layouts import MAX_QPS, Decision, QpContext, SprayReq, TxPacket, WorkRequest, WrOpcode
+from .layouts import (MAX_QPS, Decision, QpContext, RetxReq, SentInfo, SprayReq, TxPacket,
+                      WorkRequest, WrOpcode)
 
 __all__ = ["Segmenter"]
 
 _MAX_BURST = 256          # AXI4 INCR burst limit, beats
 _MAX_WR_LENGTH = 1 << 31  # largest work request, bytes
+_RDEC_DEPTH = 4           # retransmissions in flight between decision and ``pkt``
 
 
 class _FrameInfo(data.Struct):
@@ -30,9 +38,9 @@ class _FrameInfo(data.Struct):
 
 
 class _ReadJob(data.Struct):
-    """Per message, for the AR generator: first byte address and length in beats."""
+    """Per packet, for the AR generator: first byte address and length in beats."""
     addr: 32
-    beats: 30
+    beats: 10
 
 
 class _PendingPacket(data.Struct):
@@ -47,6 +55,20 @@ class _PendingPacket(data.Struct):
     va: 64
     rkey: 32
     length: 13
+    imm: 32
+    retx: 1
+
+
+class _Msg(data.Struct):
+    """One outstanding message in the per-QP message table (for retransmission)."""
+    first_psn: 24
+    count: 24       # packets, modulo 2**24
+    log2: 4         # path MTU of the message, log2 bytes
+    local_addr: 32
+    remote_va: 64
+    rkey: 32
+    length: 32
+    is_imm: 1
     imm: 32
 
 
@@ -63,48 +85,102 @@ class Segmenter(wiring.Component):
     pending_depth : int
         Packet descriptors that may wait for their spray decision / for the
         downstream frame builder (>= 2); also the depth of the per-packet
-        framing FIFO, i.e. how many headers may run ahead of their payload.
+        framing and read-job FIFOs, i.e. how many packets may be cut ahead of
+        their payload.
+    msgs : int
+        Message-table slots per QP (outstanding messages kept for
+        retransmission), a power of two 2..16.
+    retx_tries : int
+        Spray decisions asked at most for one retransmission (1..16) while
+        the decision's entry equals ``avoid_index``.
 
     Attributes
     ----------
     wr : In(stream.Signature(WorkRequest))
         Work requests.  Accepted (``ready`` high) when no other message is being
-        cut and the read-job queue has room.  Refused -- dropped, counted in
-        ``wr_refused``, ``wr_error`` pulsed, nothing emitted, no PSN used -- when
-        ``length`` is 0 or > 2**31, ``local_addr`` is not 8-byte aligned,
-        ``local_addr + length`` passes 2**32, ``qp >= qps`` or the QP's
-        context was never written.  ``wr_id`` is not used here (``TxPacket``
-        has no field for it; completion tracking is downstream's, by PSN).
+        cut and the QP's message table has a free slot (``ready`` may depend on
+        ``wr.payload.qp``: a QP with a full table holds the stream, head of
+        line, until ``una`` frees a slot -- never dropped).  Refused -- dropped,
+        counted in ``wr_refused``, ``wr_error`` pulsed, nothing emitted, no PSN
+        used, no slot taken -- when ``length`` is 0 or > 2**31, ``local_addr``
+        is not 8-byte aligned, ``local_addr + length`` passes 2**32,
+        ``qp >= qps`` or the QP's context was never written.  ``wr_id`` is not
+        used here (completion tracking is downstream's, by PSN).
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(QpContext)
         QP context table write port.  A write (re)sets the QP's next PSN to
-        ``start_psn`` and marks the context valid; writes to ``addr >= qps`` are
-        ignored.  A message already being cut keeps the context it started with;
-        when a context write and the acceptance of a WR on the same QP share a
-        cycle, the WR uses the old next PSN and the write sets the new one.
+        ``start_psn``, empties its message table and marks the context valid;
+        writes to ``addr >= qps`` are ignored.  A message already being cut
+        keeps the context it started with; when a context write and the
+        acceptance of a WR on the same QP share a cycle, the WR uses the old
+        next PSN and the write sets the new one.  Write a context only while
+        its QP has no traffic and no retransmission request.
     pmtu_log2 : In(4)
         Path MTU: 2**pmtu_log2 payload bytes per packet, clamped to 8..12
-        (256..4096 bytes).  Sampled when a work request is accepted.
+        (256..4096 bytes).  Sampled when a work request is accepted (kept per
+        message for its retransmissions).
     spray_req : Out(stream.Signature(SprayReq))
-        One request per packet {qp, base = profile_base, count = profile_count}.
+        One request per packet {qp, base = profile_base, count = profile_count},
+        plus one per try of a retransmission.
     spray_decision : In(stream.Signature(Decision))
         One decision per request, in request order, any number of cycles later.
     pkt : Out(stream.Signature(TxPacket))
-        One descriptor per packet, in PSN order: QP context fields, ``psn``
-        (consecutive from the QP's next PSN, modulo 2**24), ``opcode``
-        (``OP_WRITE_ONLY``; ``OP_WRITE_ONLY_IMM`` on the last packet of a
-        WRITE_IMM), ``last`` (last packet of the message, BTH AckReq),
-        ``va`` = remote_va + offset, ``rkey``, ``length`` (bytes: the path MTU,
-        the remainder on the last packet), ``imm``, ``path`` = the decision.
+        One descriptor per packet: new packets in PSN order per QP, with
+        retransmissions between them.  QP context fields, ``psn`` (consecutive
+        from the QP's next PSN, modulo 2**24), ``opcode`` (``OP_WRITE_ONLY``;
+        ``OP_WRITE_ONLY_IMM`` on the last packet of a WRITE_IMM), ``last``
+        (last packet of the message, BTH AckReq), ``va`` = remote_va + offset,
+        ``rkey``, ``length`` (bytes: the path MTU, the remainder on the last
+        packet), ``imm``, ``path`` = the decision.  ``valid`` also requires
+        ``sent.ready`` (the two transfer together).
     payload : Out(AxiStreamSignature(64))
         One frame per ``pkt``, same order: the packet's payload bytes, lane 0
         first, ``tkeep`` all ones except on the last beat, ``tlast`` on it.
     m_axi : Out(Axi4ReadSignature(32, 64, 4))
         AXI4 read manager (``m_axi__araddr`` ...): ``arid`` 0, INCR,
-        ``arsize`` 3, <= 256 beats, never across a 4 KiB boundary; reads the
-        8-byte words holding the message's bytes, nothing else.  Several bursts
-        are outstanding; data must return in order (one ID).  ``rready`` is
-        always high: a burst is issued only when the payload FIFO has room for
-        256 more beats than are already in flight.
+        ``arsize`` 3, <= 256 beats, never across a 4 KiB boundary; one or more
+        bursts per packet reading the 8-byte words holding its bytes, nothing
+        else.  Several bursts are outstanding; data must return in order (one
+        ID).  ``rready`` is always high: a burst is issued only when the
+        payload FIFO has room for 256 more beats than are already in flight.
+    retx : In(stream.Signature(RetxReq))
+        Send PSN ``psn`` of QP ``qp`` again, not on entry ``avoid_index``.
+        Taken (``ready``) when the retransmission engine is idle.  The PSN is
+        looked up in the QP's message table (one slot per cycle); a PSN of no
+        message in the table (released, never sent, not yet cut) or a QP
+        ``>= qps`` is dropped and counted in ``retx_unknown``.  Otherwise the
+        packet is rebuilt exactly as first sent (same ``psn``, ``va`` =
+        remote_va + (psn - first PSN) * pmtu, ``length`` -- short on the last
+        packet --, ``opcode``, ``last``, ``rkey``, ``imm``; QP fields from the
+        current context), its payload read again over ``m_axi``, and it goes
+        out ahead of every new packet not yet cut (priority between packets,
+        never inside one).  Path: a spray decision is asked for as for a new
+        packet; while its ``index`` equals ``avoid_index`` another one is
+        asked, up to ``retx_tries`` decisions; if all of them name
+        ``avoid_index`` (the profile has only that entry eligible, or a weight
+        >= ``retx_tries`` repeats it) the packet is sent on it anyway and
+        ``retx_same_path`` counts it.  A profile with no eligible entry at
+        all makes the retransmission wait, like any packet (spray ``no_path``).
+    una : In(data.ArrayLayout(24, qps))
+        Per QP, the oldest PSN not cumulatively acknowledged (from sender
+        reliability).  A message is released from the table once its last PSN
+        is before ``una`` in serial-number arithmetic modulo 2**24 (RFC 1982
+        style): ``count <= (una - first_psn) mod 2**24 < 2**23``.  Releases
+        are checked for the oldest message of one QP per cycle, round robin,
+        while the retransmission engine is idle.  Tie to ``next_psn`` when no reliability block is
+        present (every message released at once; no retransmission possible).
+    tx_ok : In(qps)
+        Per QP window (from sender reliability): a new packet of the QP is cut
+        only while its bit is 1; retransmissions ignore it.  While the message
+        being cut waits for it, no other message is cut (head of line).  Tie
+        to all ones for the unchanged behaviour.
+    sent : Out(stream.Signature(SentInfo))
+        Tap: one record per packet, transferred in the same cycle as its
+        ``pkt`` {qp, psn, index = path.index, ev = path.entry.ev, length,
+        msg_last = last, retx}.  ``pkt.valid`` waits for ``sent.ready``, so
+        nothing is lost, but the consumer must accept one record per packet
+        to keep the packet rate (tie ``ready`` high when unused).
+    next_psn : Out(data.ArrayLayout(24, qps))
+        Per QP, the PSN the next accepted work request starts with.
     wr_refused : Out(32)
         Count of refused work requests (wraps).
     wr_error : Out(1)
@@ -113,36 +189,59 @@ class Segmenter(wiring.Component):
         Count of R beats with ``rresp`` != OKAY (wraps).  Such a beat's data is
         still delivered (a packet is never cut short or lost, nothing hangs); the
         host sees the error through this counter.
+    retransmits, retx_unknown, retx_same_path : Out(32)
+        Retransmitted packets, dropped retransmission requests, and
+        retransmissions sent on ``avoid_index`` after ``retx_tries`` decisions
+        (all wrap).
 
     Notes
     -----
     Latency and throughput, in cycles of ``clk`` (measured by the testbench):
 
     * WR accepted -> first ``spray_req`` valid: 1; then one packet per cycle
-      while ``spray_req`` is ready and the pending/framing FIFOs have room.
-      Messages are accepted one at a time: a message of N packets occupies the
-      cutter N + 1 cycles.
+      while ``spray_req`` is ready, ``tx_ok`` is set, the pending/framing/
+      read-job FIFOs have room and fewer than ``fifo_depth`` beats are cut but
+      not yet out on ``payload`` (this bounds how far new packets run ahead,
+      hence how long a retransmission waits: at most
+      min(``pending_depth``, ``fifo_depth`` / packet beats + 1) packets).  Messages are accepted one at a time: a
+      message of N packets occupies the cutter N + 1 cycles.
     * ``spray_req`` handshake -> ``pkt`` valid: 2, or when the decision arrives
       (``pkt`` is combinational from the decision and the pending FIFO).
-      Descriptors run up to ``pending_depth`` packets ahead of the payload, so
-      packet k+1's descriptor is ready long before packet k's payload ends.
-    * WR accepted -> first AR: 4; then one AR every 2 cycles (up to 256 beats each).
+      Descriptors run up to ``pending_depth`` packets ahead of the payload.
+    * Packet cut -> its AR: 2 (one read job per packet; one AR every 2 cycles).
     * R beat -> ``payload`` beat: 2.  Payload runs at one beat per cycle while R
       does, with no idle cycle between packets or messages.
+    * Retransmission: ``retx`` handshake -> table lookup 1 cycle per slot
+      searched (<= ``msgs`` + 1) -> packet queued (read job issued) 1 cycle
+      later -> one spray request per try, each waiting for the decisions of
+      packets queued before it.  No new packet is cut from the ``retx``
+      handshake until the decision is settled; the retransmitted packet leaves
+      after the packets already cut (bounded as above).  One
+      retransmission is handled at a time; up to 4 may wait for ``pkt``.
     * Buffering: ``fifo_depth`` x 64-bit payload FIFO, ``pending_depth``
-      descriptors, 4 queued read jobs (messages).
+      descriptors / frame infos / read jobs, ``qps * msgs`` table slots of
+      245 bits.
+    * A message of 2**23 or more packets is never released (its table slot
+      stays used); sender reliability windows are far smaller.
     """
 
-    def __init__(self, qps: int = 8, fifo_depth: int = 1024, pending_depth: int = 16):
+    def __init__(self, qps: int = 8, fifo_depth: int = 1024, pending_depth: int = 16,
+                 msgs: int = 4, retx_tries: int = 4):
         if not 1 <= qps <= MAX_QPS:
             raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
         if fifo_depth < 2 * _MAX_BURST:
             raise ValueError(f"fifo_depth must be >= {2 * _MAX_BURST} beats, not {fifo_depth}")
         if pending_depth < 2:
             raise ValueError(f"pending_depth must be >= 2, not {pending_depth}")
+        if msgs not in (2, 4, 8, 16):
+            raise ValueError(f"msgs must be a power of two 2..16, not {msgs}")
+        if not 1 <= retx_tries <= 16:
+            raise ValueError(f"retx_tries must be 1..16, not {retx_tries}")
         self.qps = qps
         self.fifo_depth = fifo_depth
         self.pending_depth = pending_depth
+        self.msgs = msgs
+        self.retx_tries = retx_tries
         super().__init__({
             "wr": In(stream.Signature(WorkRequest)),
             "qp_w_en": In(1),
@@ -154,30 +253,52 @@ class Segmenter(wiring.Component):
             "pkt": Out(stream.Signature(TxPacket)),
             "payload": Out(AxiStreamSignature(64)),
             "m_axi": Out(Axi4ReadSignature(addr_width=32, data_width=64, id_width=4)),
+            "retx": In(stream.Signature(RetxReq)),
+            "una": In(data.ArrayLayout(24, qps)),
+            "tx_ok": In(qps),
+            "sent": Out(stream.Signature(SentInfo)),
+            "next_psn": Out(data.ArrayLayout(24, qps)),
             "wr_refused": Out(32),
             "wr_error": Out(1),
             "rd_errors": Out(32),
+            "retransmits": Out(32),
+            "retx_unknown": Out(32),
+            "retx_same_path": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
-        qps = self.qps
+        qps, msgs = self.qps, self.msgs
+        sbits = msgs.bit_length() - 1          # slot index bits
 
         # ---------------------------------------------------------- QP contexts
         m.submodules.ctx = ctx = memory.Memory(shape=QpContext, depth=qps, init=[])
         ctx_w = ctx.write_port()
-        ctx_r = ctx.read_port(domain="comb")
+        ctx_r = ctx.read_port(domain="comb")     # WR intake
+        ctx_x = ctx.read_port(domain="comb")     # retransmission engine
         ctx_valid = Signal(qps)
         next_psn = Array(Signal(24, name=f"next_psn{i}") for i in range(qps))
+        for i in range(qps):
+            m.d.comb += self.next_psn[i].eq(next_psn[i])
+
+        # ------------------------------------------------------ message table
+        m.submodules.msgs = tab = memory.Memory(shape=_Msg, depth=qps * msgs, init=[])
+        tab_w = tab.write_port()
+        tab_rel = tab.read_port(domain="comb")   # release check (head slot)
+        tab_x = tab.read_port(domain="comb")     # retransmission lookup
+        head = Array(Signal(sbits, name=f"head{i}") for i in range(qps))
+        occ = Array(Signal(range(msgs + 1), name=f"occ{i}") for i in range(qps))
 
         # ------------------------------------------------------------- FIFOs
         m.submodules.read_jobs = rj = fifo.SyncFIFOBuffered(
-            width=_ReadJob.as_shape().size, depth=4)
+            width=_ReadJob.as_shape().size, depth=self.pending_depth)
         m.submodules.pending = pend = fifo.SyncFIFOBuffered(
             width=_PendingPacket.as_shape().size, depth=self.pending_depth)
         m.submodules.frames = fi = fifo.SyncFIFOBuffered(
             width=_FrameInfo.as_shape().size, depth=self.pending_depth)
         m.submodules.payload_fifo = pf = fifo.SyncFIFOBuffered(width=64, depth=self.fifo_depth)
+        m.submodules.retx_dec = rdec = fifo.SyncFIFOBuffered(
+            width=Decision.as_shape().size, depth=_RDEC_DEPTH)
 
         # --------------------------------------------------- WR intake / check
         wr = self.wr.payload
@@ -201,21 +322,30 @@ class Segmenter(wiring.Component):
                            | ~qp_ok)
         npkts = Signal(24)   # packets of the message, modulo 2**24
         m.d.comb += npkts.eq(((wr.length - 1) >> p_log2) + 1)
+        room = Signal()
+        m.d.comb += room.eq(occ[wr.qp] < msgs)
 
         g_active = Signal()
-        m.d.comb += self.wr.ready.eq(~g_active & rj.w_rdy)
+        m.d.comb += self.wr.ready.eq(~g_active & (bad | room))
         wr_fire = self.wr.valid & self.wr.ready
+        wr_take = wr_fire & ~bad
 
         # cutter state (one message at a time)
         g_qp = Signal(3)
         g_ctx = Signal(QpContext)
+        g_first = Signal(24)
+        g_slot = Signal(sbits)
         g_psn = Signal(24)
         g_va = Signal(64)
+        g_addr = Signal(32)
         g_rem = Signal(32)
         g_rkey = Signal(32)
         g_imm = Signal(32)
         g_is_imm = Signal()
         g_pmtu = Signal(13)
+
+        tail = Signal(sbits)
+        m.d.comb += tail.eq(head[wr.qp] + occ[wr.qp])
 
         m.d.sync += self.wr_error.eq(0)
         with m.If(wr_fire):
@@ -226,8 +356,11 @@ class Segmenter(wiring.Component):
                     g_active.eq(1),
                     g_qp.eq(wr.qp),
                     g_ctx.eq(ctx_r.data),
+                    g_first.eq(next_psn[wr.qp]),
+                    g_slot.eq(tail),
                     g_psn.eq(next_psn[wr.qp]),
                     g_va.eq(wr.remote_va),
+                    g_addr.eq(wr.local_addr),
                     g_rem.eq(wr.length),
                     g_rkey.eq(wr.rkey),
                     g_imm.eq(wr.imm),
@@ -235,15 +368,151 @@ class Segmenter(wiring.Component):
                     g_pmtu.eq(Const(1, 13) << p_log2),
                     next_psn[wr.qp].eq(next_psn[wr.qp] + npkts),
                 ]
-        new_job = Signal(_ReadJob)
+        new_msg = Signal(_Msg)
         m.d.comb += [
-            new_job.addr.eq(wr.local_addr),
-            new_job.beats.eq((wr.length + 7) >> 3),
-            rj.w_data.eq(new_job),
-            rj.w_en.eq(wr_fire & ~bad),
+            new_msg.first_psn.eq(next_psn[wr.qp]),
+            new_msg.count.eq(npkts),
+            new_msg.log2.eq(p_log2),
+            new_msg.local_addr.eq(wr.local_addr),
+            new_msg.remote_va.eq(wr.remote_va),
+            new_msg.rkey.eq(wr.rkey),
+            new_msg.length.eq(wr.length),
+            new_msg.is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
+            new_msg.imm.eq(wr.imm),
+            tab_w.addr.eq((wr.qp << sbits) | tail),
+            tab_w.data.eq(new_msg),
+            tab_w.en.eq(wr_take),
         ]
 
-        # context writes come last: they win the next-PSN register
+        # --------------------------------------------- retransmission engine
+        rx_q = Signal(3)
+        rx_psn = Signal(24)
+        rx_avoid = Signal(8)
+        rx_i = Signal(range(msgs + 1))
+        rx_off = Signal(24)
+        rx_msg = Signal(_Msg)
+        rx_tries = Signal(range(self.retx_tries + 1))
+        rx_skip = Signal(range(self.pending_depth + 2))
+        rx_dec = Signal(Decision)
+        nnew = Signal(range(self.pending_depth + 2))   # new-packet decisions not yet used
+        new_used = Signal()                            # one of them used this cycle
+        rx_idle = Signal()
+        rx_load = Signal()
+        dec_for_retx = Signal()
+
+        m.d.comb += [ctx_x.addr.eq(rx_q)]
+        x_slot = Signal(sbits)
+        x_d = Signal(24)
+        x_msg = _Msg(tab_x.data)
+        x_cut = Signal(24)
+        x_current = Signal()
+        x_hit = Signal()
+        m.d.comb += [
+            x_slot.eq(head[rx_q] + rx_i),
+            tab_x.addr.eq((rx_q << sbits) | x_slot),
+            x_d.eq(rx_psn - x_msg.first_psn),
+            x_cut.eq(g_psn - g_first),
+            x_current.eq(g_active & (g_qp == rx_q) & (g_slot == x_slot)),
+            x_hit.eq((x_d < x_msg.count) & ~(x_current & (x_d >= x_cut))),
+        ]
+
+        # packet rebuilt from the table entry (registered inputs only)
+        x_byte = Signal(32)
+        x_last = Signal()
+        x_len = Signal(13)
+        x_pp = Signal(_PendingPacket)
+        x_job = Signal(_ReadJob)
+        x_ctx = QpContext(ctx_x.data)
+        m.d.comb += [
+            x_byte.eq(rx_off << rx_msg.log2),
+            x_last.eq((rx_off + 1)[:24] == rx_msg.count),
+            x_len.eq(Mux(x_last, (rx_msg.length - x_byte)[:13], Const(1, 13) << rx_msg.log2)),
+            x_pp.qp.eq(rx_q),
+            x_pp.dest_qpn.eq(x_ctx.dest_qpn),
+            x_pp.mode.eq(x_ctx.mode),
+            x_pp.peer_usid.eq(x_ctx.peer_usid),
+            x_pp.psn.eq(rx_psn),
+            x_pp.opcode.eq(Mux(rx_msg.is_imm & x_last, wire.OP_WRITE_ONLY_IMM, wire.OP_WRITE_ONLY)),
+            x_pp.last.eq(x_last),
+            x_pp.va.eq(rx_msg.remote_va + x_byte),
+            x_pp.rkey.eq(rx_msg.rkey),
+            x_pp.length.eq(x_len),
+            x_pp.imm.eq(rx_msg.imm),
+            x_pp.retx.eq(1),
+            x_job.addr.eq(rx_msg.local_addr + x_byte),
+            x_job.beats.eq((x_len + 7) >> 3),
+        ]
+        x_room = Signal()
+        m.d.comb += x_room.eq(pend.w_rdy & fi.w_rdy & rj.w_rdy)
+        rx_req_valid = Signal()
+        dec = self.spray_decision.payload
+
+        with m.FSM(name="retx_fsm"):
+            with m.State("IDLE"):
+                m.d.comb += [rx_idle.eq(1), self.retx.ready.eq(1)]
+                with m.If(self.retx.valid):
+                    m.d.sync += [rx_q.eq(self.retx.payload.qp), rx_psn.eq(self.retx.payload.psn),
+                                 rx_avoid.eq(self.retx.payload.avoid_index), rx_i.eq(0)]
+                    with m.If(self.retx.payload.qp < qps):
+                        m.next = "SEARCH"
+                    with m.Else():
+                        m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
+            with m.State("SEARCH"):
+                with m.If(rx_i >= occ[rx_q]):
+                    m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
+                    m.next = "IDLE"
+                with m.Elif(x_hit):
+                    m.d.sync += [rx_msg.eq(x_msg), rx_off.eq(x_d)]
+                    m.next = "LOAD"
+                with m.Else():
+                    m.d.sync += rx_i.eq(rx_i + 1)
+            with m.State("LOAD"):
+                m.d.comb += rx_load.eq(x_room)
+                with m.If(x_room):
+                    m.d.sync += [rx_tries.eq(0), self.retransmits.eq(self.retransmits + 1)]
+                    m.next = "REQ"
+            with m.State("REQ"):
+                m.d.comb += rx_req_valid.eq(1)
+                with m.If(self.spray_req.ready):
+                    m.d.sync += [rx_tries.eq(rx_tries + 1), rx_skip.eq(nnew - new_used)]
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                m.d.comb += dec_for_retx.eq(rx_skip == 0)
+                with m.If(dec_for_retx):
+                    with m.If(self.spray_decision.valid):
+                        m.d.sync += rx_dec.eq(dec)
+                        with m.If((dec.index == rx_avoid) & (rx_tries < self.retx_tries)):
+                            m.next = "REQ"
+                        with m.Else():
+                            with m.If(dec.index == rx_avoid):
+                                m.d.sync += self.retx_same_path.eq(self.retx_same_path + 1)
+                            m.next = "DONE"
+                with m.Else():
+                    m.d.sync += rx_skip.eq(rx_skip - new_used)
+            with m.State("DONE"):
+                m.d.comb += [rdec.w_en.eq(1), rdec.w_data.eq(rx_dec)]
+                with m.If(rdec.w_rdy):
+                    m.next = "IDLE"
+
+        # -------------------------------------------------- message release
+        rel_q = Signal(range(qps))
+        rel_d = Signal(24)
+        rel_msg = _Msg(tab_rel.data)
+        rel = Signal()
+        m.d.sync += rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))
+        m.d.comb += [
+            tab_rel.addr.eq((rel_q << sbits) | head[rel_q]),
+            rel_d.eq(self.una[rel_q] - rel_msg.first_psn),
+            rel.eq(rx_idle & (occ[rel_q] != 0) & (rel_d >= rel_msg.count) & ~rel_d[23]),
+        ]
+        for i in range(qps):
+            inc = wr_take & (wr.qp == i)
+            dcr = rel & (rel_q == i)
+            m.d.sync += occ[i].eq(occ[i] + inc - dcr)
+            with m.If(dcr):
+                m.d.sync += head[i].eq(head[i] + 1)
+
+        # context writes come last: they win the next-PSN register and the table
         with m.If(self.qp_w_en & (self.qp_w_addr < qps)):
             m.d.comb += [
                 ctx_w.en.eq(1),
@@ -253,20 +522,35 @@ class Segmenter(wiring.Component):
             m.d.sync += [
                 ctx_valid.bit_select(self.qp_w_addr, 1).eq(1),
                 next_psn[self.qp_w_addr].eq(self.qp_w_data.start_psn),
+                occ[self.qp_w_addr].eq(0),
+                head[self.qp_w_addr].eq(0),
             ]
 
         # ------------------------------------------------------ packet cutter
         g_last = Signal()
         pkt_len = Signal(13)
+        new_ok = Signal()
+        ahead = Signal(range(max(self.fifo_depth, 512 * self.pending_depth) + 513))   # beats cut, not yet out on payload
         m.d.comb += [
             g_last.eq(g_rem <= g_pmtu),
             pkt_len.eq(Mux(g_last, g_rem[:13], g_pmtu)),
-            self.spray_req.valid.eq(g_active & pend.w_rdy & fi.w_rdy),
-            self.spray_req.payload.qp.eq(g_qp),
-            self.spray_req.payload.base.eq(g_ctx.profile_base),
-            self.spray_req.payload.count.eq(g_ctx.profile_count),
+            new_ok.eq(g_active & self.tx_ok.bit_select(g_qp, 1) & rx_idle & ~self.retx.valid
+                      & pend.w_rdy & fi.w_rdy & rj.w_rdy & (ahead < self.fifo_depth)),
+            self.spray_req.valid.eq(new_ok | rx_req_valid),
         ]
-        cut = self.spray_req.valid & self.spray_req.ready
+        with m.If(rx_req_valid):
+            m.d.comb += [
+                self.spray_req.payload.qp.eq(rx_q),
+                self.spray_req.payload.base.eq(x_ctx.profile_base),
+                self.spray_req.payload.count.eq(x_ctx.profile_count),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.spray_req.payload.qp.eq(g_qp),
+                self.spray_req.payload.base.eq(g_ctx.profile_base),
+                self.spray_req.payload.count.eq(g_ctx.profile_count),
+            ]
+        cut = new_ok & self.spray_req.ready
 
         pp = Signal(_PendingPacket)
         m.d.comb += [
@@ -281,21 +565,31 @@ class Segmenter(wiring.Component):
             pp.rkey.eq(g_rkey),
             pp.length.eq(pkt_len),
             pp.imm.eq(g_imm),
-            pend.w_data.eq(pp),
-            pend.w_en.eq(cut),
+            pp.retx.eq(0),
+        ]
+        job = Signal(_ReadJob)
+        m.d.comb += [job.addr.eq(g_addr), job.beats.eq((pkt_len + 7) >> 3)]
+        q_len = Signal(13)
+        m.d.comb += [
+            pend.w_data.eq(Mux(rx_load, x_pp, pp)),
+            rj.w_data.eq(Mux(rx_load, x_job, job)),
+            q_len.eq(Mux(rx_load, x_len, pkt_len)),
+            pend.w_en.eq(cut | rx_load),
+            rj.w_en.eq(cut | rx_load),
+            fi.w_en.eq(cut | rx_load),
         ]
         fr = Signal(_FrameInfo)
-        tail = pkt_len[:3]
+        tail3 = q_len[:3]
         m.d.comb += [
-            fr.last_beat.eq((pkt_len - 1) >> 3),
-            fr.keep.eq(Mux(tail == 0, 0xFF, (Const(1, 9) << tail) - 1)),
+            fr.last_beat.eq((q_len - 1) >> 3),
+            fr.keep.eq(Mux(tail3 == 0, 0xFF, (Const(1, 9) << tail3) - 1)),
             fi.w_data.eq(fr),
-            fi.w_en.eq(cut),
         ]
         with m.If(cut):
             m.d.sync += [
                 g_psn.eq(g_psn + 1),
                 g_va.eq(g_va + g_pmtu),
+                g_addr.eq(g_addr + g_pmtu),
                 g_rem.eq(g_rem - g_pmtu),
             ]
             with m.If(g_last):
@@ -304,10 +598,19 @@ class Segmenter(wiring.Component):
         # ------------------------------------- descriptor + decision -> pkt
         pend_pkt = _PendingPacket(pend.r_data)
         out = self.pkt.payload
+        base_valid = Signal()
+        xfer = Signal()
         m.d.comb += [
-            self.pkt.valid.eq(pend.r_rdy & self.spray_decision.valid),
-            self.spray_decision.ready.eq(pend.r_rdy & self.pkt.ready),
-            pend.r_en.eq(self.pkt.valid & self.pkt.ready),
+            base_valid.eq(pend.r_rdy & Mux(pend_pkt.retx, rdec.r_rdy,
+                                           self.spray_decision.valid & ~dec_for_retx)),
+            self.pkt.valid.eq(base_valid & self.sent.ready),
+            self.sent.valid.eq(base_valid & self.pkt.ready),
+            xfer.eq(base_valid & self.pkt.ready & self.sent.ready),
+            self.spray_decision.ready.eq(
+                dec_for_retx | (pend.r_rdy & ~pend_pkt.retx & self.pkt.ready & self.sent.ready)),
+            pend.r_en.eq(xfer),
+            rdec.r_en.eq(xfer & pend_pkt.retx),
+            new_used.eq(xfer & ~pend_pkt.retx),
             out.qp.eq(pend_pkt.qp),
             out.dest_qpn.eq(pend_pkt.dest_qpn),
             out.mode.eq(pend_pkt.mode),
@@ -319,15 +622,26 @@ class Segmenter(wiring.Component):
             out.rkey.eq(pend_pkt.rkey),
             out.length.eq(pend_pkt.length),
             out.imm.eq(pend_pkt.imm),
-            out.path.eq(self.spray_decision.payload),
+            out.path.eq(Mux(pend_pkt.retx, rdec.r_data, self.spray_decision.payload)),
+        ]
+        m.d.sync += nnew.eq(nnew + cut - new_used)
+        si = self.sent.payload
+        m.d.comb += [
+            si.qp.eq(out.qp),
+            si.psn.eq(out.psn),
+            si.index.eq(out.path.index),
+            si.ev.eq(out.path.entry.ev),
+            si.length.eq(out.length),
+            si.msg_last.eq(out.last),
+            si.retx.eq(pend_pkt.retx),
         ]
 
         # ------------------------------------------------------ AR generator
         axi = self.m_axi
-        job = _ReadJob(rj.r_data)
+        rjob = _ReadJob(rj.r_data)
         ar_active = Signal()
         ar_addr = Signal(32)
-        ar_rem = Signal(30)
+        ar_rem = Signal(10)
         ar_valid = Signal()
         ar_araddr = Signal(32)
         ar_len = Signal(8)
@@ -344,7 +658,7 @@ class Segmenter(wiring.Component):
             rj.r_en.eq(~ar_active),
         ]
         with m.If(~ar_active & rj.r_rdy):
-            m.d.sync += [ar_active.eq(1), ar_addr.eq(job.addr), ar_rem.eq(job.beats)]
+            m.d.sync += [ar_active.eq(1), ar_addr.eq(rjob.addr), ar_rem.eq(rjob.beats)]
 
         issue = Signal()
         m.d.comb += issue.eq(ar_active & ~ar_valid & (reserved <= self.fifo_depth - _MAX_BURST))
@@ -397,4 +711,5 @@ class Segmenter(wiring.Component):
             m.d.sync += beat.eq(Mux(is_last, 0, beat + 1))
 
         m.d.sync += reserved.eq(reserved + Mux(issue, n, 0) - pop)
+        m.d.sync += ahead.eq(ahead + Mux(rj.w_en, _ReadJob(rj.w_data).beats, 0) - pop)
         return m

@@ -121,6 +121,12 @@ class TxPipeline(wiring.Component):
             seg.qp_w_en.eq(self.qp_w_en), seg.qp_w_addr.eq(self.qp_w_addr),
             seg.qp_w_data.eq(self.qp_w_data),
             seg.pmtu_log2.eq(self.globals.pmtu_log2),
+            # no sender reliability here yet: no retransmission requests, every
+            # message released at once, windows always open, SentInfo tap ignored
+            seg.retx.valid.eq(0),
+            seg.una.eq(seg.next_psn),
+            seg.tx_ok.eq(-1),
+            seg.sent.ready.eq(1),
             self.wr_refused.eq(seg.wr_refused),
             self.no_path.eq(spray.no_path),
         ]

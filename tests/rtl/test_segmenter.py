@@ -12,7 +12,16 @@ rebuilt as a wire frame with Scapy (``mrcnic.wire.build_data_frame``) from the
 DUT's descriptor + payload and from the model: both frames must be identical
 and dissect as RDMA WRITE ONLY [WITH IMMEDIATE] with the right RETH.  Every AR
 burst is checked (INCR, 8-byte beats, <= 256 beats, no 4 KiB crossing) and the
-words read must be exactly the words holding the messages' bytes.
+words read must be exactly the words holding the messages' bytes.  Every
+SentInfo must describe its packet and transfer with it.
+
+Retransmission (MRC trim NACK / ACK timeout): ``run_retx_*`` hold ``una`` so
+messages stay in the table, request PSNs again and check each copy against the
+original packet (fields, payload, Scapy frame) except its path, which must
+avoid ``avoid_index``; reads must cover exactly the words of every packet sent.
+They also cover priority over a long message, unknown PSNs (counted, no hang),
+a full message table (``wr`` held until ``una`` advances), ``tx_ok`` and PSN
+wrap-around.
 """
 
 import random
@@ -24,14 +33,15 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiReadBus
 
 from mrcnic import wire
-from mrcnic.rtl.layouts import Decision, EvMode, EvState, QpContext, TxPacket, WorkRequest, WrOpcode
+from mrcnic.rtl.layouts import (Decision, EvMode, EvState, QpContext, RetxReq, SentInfo, TxPacket,
+                                WorkRequest, WrOpcode)
 from mrcnic.rtl.segmenter import Segmenter
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import start
 
 INPUTS = ["wr__valid", "wr__payload", "qp_w_en", "qp_w_addr", "qp_w_data", "pmtu_log2",
           "spray_req__ready", "spray_decision__valid", "spray_decision__payload", "pkt__ready",
-          "payload__tready"]
+          "payload__tready", "retx__valid", "retx__payload", "una", "tx_ok", "sent__ready"]
 MEM_SIZE = 1 << 20
 _PATH_OFFSET = data.Layout.cast(TxPacket)["path"].offset
 
@@ -76,7 +86,7 @@ class TB:
     """
 
     def __init__(self, dut, pkt_ready=1.0, payload_ready=1.0, spray_ready=1.0, sched_lat=(0, 0),
-                 ram_cls=AxiRamRead, seed=1):
+                 ram_cls=AxiRamRead, seed=1, sent_ready=1.0):
         self.dut = dut
         self.rng = random.Random(seed)
         self.ram = ram_cls(AxiReadBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk,
@@ -96,6 +106,13 @@ class TB:
         self.pmtu_log2 = 10
         self.ctx = {}            # qp -> ctx dict (model)
         self.next_psn = {}
+        self.p_sent = sent_ready
+        self.qps = tb_param("qps", 8)
+        self.tx_ok = (1 << self.qps) - 1
+        self.una = None          # None: una follows next_psn (every message released at once)
+        self.retx_q = []         # RetxReq dicts to send
+        self.retx_taken = []     # (cycle, RetxReq dict, payload frames out so far)
+        self.sent = []           # parsed SentInfo records, in transfer order
 
     async def init(self, pmtu_log2=10):
         self.pmtu_log2 = pmtu_log2
@@ -131,6 +148,18 @@ class TB:
             dut.pkt__ready.value = int(rng.random() < self.p_pkt)
             dut.payload__tready.value = int(rng.random() < self.p_pay)
             dut.spray_req__ready.value = int(rng.random() < self.p_spray)
+            dut.sent__ready.value = int(rng.random() < self.p_sent)
+            dut.tx_ok.value = self.tx_ok
+            if self.una is None:
+                dut.una.value = int(dut.next_psn.value)
+            else:
+                dut.una.value = sum((self.una.get(q, 0) & 0xFFFFFF) << (24 * q)
+                                    for q in range(self.qps))
+            if self.retx_q:
+                dut.retx__valid.value = 1
+                dut.retx__payload.value = pack(RetxReq, self.retx_q[0])
+            else:
+                dut.retx__valid.value = 0
             if self.wr_q and not self.ctx_q:     # contexts first (a write takes effect next cycle)
                 dut.wr__valid.value = 1
                 dut.wr__payload.value = pack(WorkRequest, self.wr_q[0])
@@ -167,7 +196,14 @@ class TB:
                 self.req_cycles.append(self.cycle)
             if int(dut.spray_decision__valid.value) and int(dut.spray_decision__ready.value):
                 self.sched_q.pop(0)
-            if int(dut.pkt__valid.value) and int(dut.pkt__ready.value):
+            if int(dut.retx__valid.value) and int(dut.retx__ready.value):
+                self.retx_taken.append((self.cycle, self.retx_q.pop(0), len(self.frames)))
+            pkt_fire = int(dut.pkt__valid.value) and int(dut.pkt__ready.value)
+            sent_fire = int(dut.sent__valid.value) and int(dut.sent__ready.value)
+            assert pkt_fire == sent_fire, "pkt and its SentInfo must transfer together"
+            if sent_fire:
+                self.sent.append(unpack(SentInfo, int(dut.sent__payload.value)))
+            if pkt_fire:
                 p = unpack(TxPacket, int(dut.pkt__payload.value))
                 p["path_bits"] = int(dut.pkt__payload.value) >> _PATH_OFFSET
                 p["cycle"] = self.cycle
@@ -242,9 +278,77 @@ class TB:
             got = {k: p[k] for k in exp}
             assert got == exp, f"packet {i}: {got} != {exp}"
             assert p["path_bits"] == self.decisions[i], f"packet {i}: wrong spray decision"
+            self.check_sent(i, retx=0)
             assert frame == exp_payload, f"packet {i}: payload differs from memory"
             self.scapy_check(p, frame, exp, exp_payload)
         self.check_reads(wrs)
+
+    def check_sent(self, i, retx):
+        """SentInfo ``i`` describes packet ``i``."""
+        p, si = self.pkts[i], self.sent[i]
+        assert si == {"qp": p["qp"], "psn": p["psn"], "index": p["path"]["index"],
+                      "ev": p["path"]["entry"]["ev"], "length": p["length"], "msg_last": p["last"],
+                      "retx": retx}, f"SentInfo {i}: {si} for packet {p}"
+
+    def retx(self, qp, psn, avoid_index):
+        self.retx_q.append({"qp": qp, "psn": psn & 0xFFFFFF, "avoid_index": avoid_index})
+
+    async def wait_for(self, cond, timeout=20000, what="condition"):
+        for _ in range(timeout):
+            await RisingEdge(self.dut.clk)
+            if cond():
+                return
+        raise AssertionError(f"timeout waiting for {what}: {len(self.pkts)} pkts, "
+                             f"{len(self.frames)} frames")
+
+    def check_all(self, wrs, known_retx):
+        """Check a run mixing new packets and retransmissions.
+
+        New packets (``retx`` = 0 in their SentInfo) must be the model of ``wrs``
+        in order; the i-th retransmission must be the i-th RetxReq of
+        ``known_retx`` -- a copy of the original packet (every field, payload and
+        Scapy frame) except its path, whose entry differs from ``avoid_index``
+        unless ``same`` is given.  The reads must be exactly the words of every
+        packet, in packet order.
+        """
+        assert len(self.sent) == len(self.pkts) == len(self.frames)
+        expected, addrs = [], {}
+        for wr in wrs:
+            for k, (exp, payload) in enumerate(self.model(wr)):
+                expected.append((exp, payload))
+                addrs[(exp["qp"], exp["psn"])] = (wr["local_addr"] + (exp["va"] - wr["remote_va"])
+                                                  % (1 << 64), exp, payload)
+        new = iter(expected)
+        retx = iter(known_retx)
+        words = []
+        for i, (p, frame) in enumerate(zip(self.pkts, self.frames)):
+            r = self.sent[i]["retx"]
+            self.check_sent(i, retx=r)
+            if r:
+                req, same = next(retx)
+                assert (p["qp"], p["psn"]) == (req["qp"], req["psn"]), f"retx {i}: {p} for {req}"
+                _, exp, exp_payload = addrs[(p["qp"], p["psn"])]
+                if same:
+                    assert p["path"]["index"] == req["avoid_index"]
+                else:
+                    assert p["path"]["index"] != req["avoid_index"], f"retx {i} on avoided entry"
+            else:
+                exp, exp_payload = next(new)
+            got = {k: p[k] for k in exp}
+            assert got == exp, f"packet {i} (retx {r}): {got} != {exp}"
+            assert p["path_bits"] in self.decisions
+            assert frame == exp_payload, f"packet {i} (retx {r}): payload differs from memory"
+            self.scapy_check(p, frame, exp, exp_payload)
+            addr = addrs[(p["qp"], p["psn"])][0]
+            words += range(addr & ~7, addr + p["length"], 8)
+        assert next(new, None) is None, "new packets missing"
+        assert next(retx, None) is None, "retransmissions missing"
+        got = []
+        for araddr, arlen, arsize, arburst, arid in self.ars:
+            assert arsize == 3 and arburst == 1 and arid == 0 and arlen <= 255
+            assert (araddr & 0xFFF) + (arlen + 1) * 8 <= 0x1000
+            got += range(araddr, araddr + (arlen + 1) * 8, 8)
+        assert got == words, "AR bursts did not read exactly the words of the packets"
 
     @staticmethod
     def scapy_check(p, frame, exp, exp_payload):
@@ -471,6 +575,218 @@ async def run_rresp_error(dut):
     assert tb.frames[1][:64] == bytes(64)
 
 
+# ------------------------------------------------------- retransmission tests
+FULL = {"opcode": WrOpcode.WRITE, "rkey": 0x1234ABCD, "imm": 0}
+
+
+def counters(dut):
+    return (int(dut.retransmits.value), int(dut.retx_unknown.value), int(dut.retx_same_path.value))
+
+
+@cocotb.test()
+async def run_retx_64k(dut):
+    """Odd-length 64 KiB WRITE_IMM, then PSNs 3, 40, 63 (short last, imm) sent again on other entries."""
+    tb = TB(dut, sched_lat=(0, 3), sent_ready=0.7, seed=11)
+    await tb.init(pmtu_log2=10)
+    tb.una = {2: 0}                        # nothing acknowledged: the message stays in the table
+    tb.write_ctx(2, ctx_dict(0x00ABCD, 0, base=8, count=5))
+    length = 63 * 1024 + 300
+    fill(tb, 0x10000, 65536, 21)
+    wr = dict(qp=2, opcode=WrOpcode.WRITE_IMM, local_addr=0x10000, remote_va=0x7F00_0000_1000,
+              length=length, imm=0xD00DFEED, rkey=0x77)
+    tb.post(**wr)
+    await tb.wait_packets(64)
+    by_psn = {p["psn"]: p for p in tb.pkts}
+    # PSN 40: avoid the entry the round robin gives next, so one decision is refused
+    nxt = 8 + (len(tb.decisions) + 1) % 5      # PSN 3 takes the next one
+    reqs = [{"qp": 2, "psn": 3, "avoid_index": by_psn[3]["path"]["index"]},
+            {"qp": 2, "psn": 40, "avoid_index": nxt},
+            {"qp": 2, "psn": 63, "avoid_index": by_psn[63]["path"]["index"]}]
+    n_dec = len(tb.decisions)
+    for r in reqs:
+        tb.retx(**r)
+    await tb.wait_packets(67)
+    tb.check_all([{**wr, "wr_id": 0}], [(r, False) for r in reqs])
+    assert [s["retx"] for s in tb.sent] == [0] * 64 + [1] * 3
+    retx = tb.pkts[64:]
+    assert [p["psn"] for p in retx] == [3, 40, 63]
+    assert retx[2]["length"] == 300 and retx[2]["last"] == 1 and retx[2]["opcode"] == 0x0B
+    assert retx[2]["imm"] == 0xD00DFEED and retx[2]["va"] == 0x7F00_0000_1000 + 63 * 1024
+    assert retx[0]["opcode"] == 0x0A and retx[0]["last"] == 0
+    assert len(tb.decisions) - n_dec == 4, "PSN 40 should have needed exactly one more decision"
+    assert counters(dut) == (3, 0, 0)
+
+
+@cocotb.test()
+async def run_retx_priority(dut):
+    """Retransmissions overtake a long message within a few packets; unknown PSNs counted, no hang."""
+    depth, fifo_depth = tb_param("pending_depth", 16), tb_param("fifo_depth", 1024)
+    tb = TB(dut, sched_lat=(0, 2), seed=12)
+    await tb.init(pmtu_log2=10)
+    tb.una = {0: 1000, 1: 500}
+    tb.write_ctx(1, ctx_dict(0x000011, 500, base=0, count=4))
+    tb.write_ctx(0, ctx_dict(0x000010, 1000, base=4, count=3))
+    fill(tb, 0, 0x12000, 22)
+    short = dict(qp=1, local_addr=0x10000, remote_va=0x5000, length=3000)   # PSN 500..502
+    long = dict(qp=0, local_addr=0x0, remote_va=0x9_0000_0000, length=65536)  # PSN 1000..1063
+    tb.post(**short)
+    await tb.wait_packets(3)
+    tb.post(**long)
+    await tb.wait_for(lambda: len(tb.frames) >= 3 + 20, what="20 packets of the long message")
+    known = [{"qp": 1, "psn": 502, "avoid_index": tb.pkts[2]["path"]["index"]},
+             {"qp": 0, "psn": 1005, "avoid_index": tb.pkts[3 + 5]["path"]["index"]}]
+    tb.retx(**known[0])
+    tb.retx(qp=1, psn=503, avoid_index=0)     # never sent
+    tb.retx(qp=0, psn=1060, avoid_index=0)    # message accepted, packet not cut yet
+    tb.retx(qp=1, psn=499, avoid_index=0)     # before the first message
+    tb.retx(**known[1])
+    tb.retx(qp=7, psn=0, avoid_index=0)       # QP without context
+    await tb.wait_packets(3 + 64 + 2)
+    assert not tb.retx_q
+    tb.check_all([{**FULL, **short}, {**FULL, **long}], [(r, False) for r in known])
+    assert tb.pkts[-1]["psn"] == 1063
+    # each retransmission's payload leaves after at most the packets already cut:
+    # min(pending_depth, fifo_depth / packet beats + 1)
+    out = [i for i, s in enumerate(tb.sent) if s["retx"]]
+    taken = [n for _, r, n in tb.retx_taken if r in known]
+    lag = [o - t for o, t in zip(out, taken)]
+    bound = min(depth, fifo_depth // 128 + 1) + 1
+    dut._log.info("retransmission lag behind request (payload frames): %s (bound %d)", lag, bound)
+    assert all(0 <= x <= bound for x in lag), lag
+    assert tb.pkts[out[0]]["length"] == 3000 - 2048 and tb.pkts[out[0]]["last"] == 1
+    assert counters(dut) == (2, 4, 0)
+
+
+@cocotb.test()
+async def run_tx_ok(dut):
+    """tx_ok = 0 holds new packets of the QP (after those already cut) but not retransmissions."""
+    depth = tb_param("pending_depth", 16)
+    tb = TB(dut, seed=13)
+    await tb.init(pmtu_log2=8)
+    tb.una = {3: 0}
+    tb.write_ctx(3, ctx_dict(0x000033, 0, base=30, count=6))
+    fill(tb, 0x40000, 32768, 23)
+    wr = dict(qp=3, local_addr=0x40000, remote_va=0x1000, length=32768)      # 128 packets
+    tb.post(**wr)
+    await tb.wait_for(lambda: len(tb.pkts) >= 10, what="10 packets")
+    tb.tx_ok = (1 << tb.qps) - 1 - (1 << 3)
+    n_off = len(tb.pkts)
+    await tb.wait_for(lambda: False if len(tb.frames) < len(tb.pkts) else True, what="payload drained")
+    for _ in range(300):
+        await RisingEdge(dut.clk)
+    held = len(tb.pkts)
+    assert held <= n_off + depth + 1, f"{held - n_off} packets after tx_ok fell"
+    for _ in range(300):
+        await RisingEdge(dut.clk)
+    assert len(tb.pkts) == held, "new packets sent while tx_ok = 0"
+    req = {"qp": 3, "psn": 2, "avoid_index": tb.pkts[2]["path"]["index"]}
+    tb.retx(**req)
+    await tb.wait_for(lambda: len(tb.frames) == held + 1, what="retransmission with tx_ok = 0")
+    assert tb.sent[-1]["retx"] == 1 and tb.pkts[-1]["psn"] == 2
+    for _ in range(100):
+        await RisingEdge(dut.clk)
+    assert len(tb.pkts) == held + 1
+    tb.tx_ok = (1 << tb.qps) - 1
+    await tb.wait_packets(129)
+    tb.check_all([{**FULL, **wr}], [(req, False)])
+    assert counters(dut) == (1, 0, 0)
+
+
+@cocotb.test()
+async def run_table_full(dut):
+    """A full message table holds wr (no drop) until una releases a message; released PSNs are unknown."""
+    msgs = tb_param("msgs", 4)
+    tb = TB(dut, seed=14)
+    await tb.init(pmtu_log2=8)
+    tb.una = {3: 100}
+    tb.write_ctx(3, ctx_dict(0x000033, 100, base=0, count=2))
+    tb.write_ctx(5, ctx_dict(0x000055, 7, base=2, count=2))
+    fill(tb, 0x2000, 8192, 24)
+    wrs = [dict(qp=3, local_addr=0x2000 + 0x200 * k, remote_va=0x100000 * k, length=300)
+           for k in range(msgs + 2)]                 # 2 packets each: PSNs 100+2k, 101+2k
+    other = dict(qp=5, local_addr=0x3000, remote_va=0, length=8)
+    for w in wrs:
+        tb.post(**w)
+    tb.post(**other)
+    for _ in range(400):
+        await RisingEdge(dut.clk)
+    assert len(tb.wr_accepts) == msgs and len(tb.pkts) == 2 * msgs
+    assert int(dut.wr__valid.value) and not int(dut.wr__ready.value), "full table must hold wr"
+    retx = [({"qp": 3, "psn": 100, "avoid_index": 0}, False)]
+    tb.retx(**retx[0][0])                                   # oldest message: still there
+    await tb.wait_for(lambda: len(tb.pkts) == 2 * msgs + 1, what="retransmission of PSN 100")
+    tb.una = {3: 101}                                       # message 0 not fully acknowledged
+    for _ in range(100):
+        await RisingEdge(dut.clk)
+    assert len(tb.wr_accepts) == msgs
+    tb.una = {3: 102}                                       # message 0 done: one slot
+    await tb.wait_for(lambda: len(tb.wr_accepts) == msgs + 1, what="a slot after una")
+    for _ in range(100):
+        await RisingEdge(dut.clk)
+    assert len(tb.wr_accepts) == msgs + 1
+    tb.retx(qp=3, psn=101, avoid_index=0)                         # released: unknown
+    tb.una = {3: 104}
+    await tb.wait_packets(2 * (msgs + 2) + 1 + 1)
+    assert counters(dut) == (1, 1, 0)
+    tb.check_all([{**FULL, **w} for w in wrs + [other]], retx)
+
+
+@cocotb.test()
+async def run_retx_wrap(dut):
+    """Retransmissions of a message whose PSNs wrap across 0xFFFFFF; release across the wrap."""
+    tb = TB(dut, sched_lat=(0, 2), seed=15)
+    await tb.init(pmtu_log2=8)
+    tb.una = {1: 0xFFFFFD}
+    tb.write_ctx(1, ctx_dict(0x000001, 0xFFFFFD, base=40, count=3))
+    fill(tb, 0x8000, 2048, 25)
+    wr = dict(qp=1, opcode=WrOpcode.WRITE_IMM, local_addr=0x8000, remote_va=0xFFFF_FFFF_FFFF_FE00,
+              length=1500, imm=0x1234, rkey=9)             # PSNs FFFFFD..2, VA wraps too
+    tb.post(**wr)
+    await tb.wait_packets(6)
+    assert [p["psn"] for p in tb.pkts] == [0xFFFFFD, 0xFFFFFE, 0xFFFFFF, 0, 1, 2]
+    reqs = [{"qp": 1, "psn": p, "avoid_index": tb.pkts[k]["path"]["index"]}
+            for k, p in ((2, 0xFFFFFF), (5, 2), (4, 1))]
+    for r in reqs:
+        tb.retx(**r)
+    await tb.wait_packets(9)
+    assert [p["psn"] for p in tb.pkts[6:]] == [0xFFFFFF, 2, 1]
+    assert tb.pkts[7]["length"] == 1500 - 5 * 256 and tb.pkts[7]["opcode"] == 0x0B
+    tb.una = {1: 2}                       # PSN 2 not acknowledged: the message stays
+    for _ in range(50):
+        await RisingEdge(dut.clk)
+    reqs.append({"qp": 1, "psn": 0xFFFFFE, "avoid_index": tb.pkts[1]["path"]["index"]})
+    tb.retx(**reqs[-1])
+    await tb.wait_packets(10)
+    tb.una = {1: 3}                       # all acknowledged across the wrap: released
+    for _ in range(50):
+        await RisingEdge(dut.clk)
+    tb.retx(qp=1, psn=0, avoid_index=0)
+    await tb.wait_packets(10)
+    tb.check_all([{**wr, "wr_id": 0}], [(r, False) for r in reqs])
+    assert counters(dut) == (4, 1, 0)
+
+
+@cocotb.test()
+async def run_retx_same_path(dut):
+    """A profile with one eligible entry: the retransmission goes out on it anyway, counted."""
+    tries = tb_param("retx_tries", 4)
+    tb = TB(dut, seed=16)
+    await tb.init(pmtu_log2=9)
+    tb.una = {4: 10}
+    tb.write_ctx(4, ctx_dict(0x000044, 10, base=77, count=1))
+    fill(tb, 0x1000, 1024, 26)
+    wr = dict(qp=4, local_addr=0x1000, remote_va=0x40, length=1024)
+    tb.post(**wr)
+    await tb.wait_packets(2)
+    n_dec = len(tb.decisions)
+    req = {"qp": 4, "psn": 11, "avoid_index": 77}
+    tb.retx(**req)
+    await tb.wait_packets(3)
+    assert len(tb.decisions) - n_dec == tries
+    tb.check_all([{**FULL, **wr}], [(req, True)])
+    assert counters(dut) == (1, 0, 1)
+
+
 # ------------------------------------------------------------ pytest wrappers
 def test_segmenter(tmp_path):
     run_rtl(Segmenter(qps=8), toplevel="segmenter", test_module="tests.rtl.test_segmenter",
@@ -483,7 +799,8 @@ def test_segmenter_refused_qps4(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs", [{"qps": 0}, {"qps": 9}, {"fifo_depth": 256},
-                                    {"pending_depth": 1}])
+                                    {"pending_depth": 1}, {"msgs": 3}, {"msgs": 32},
+                                    {"retx_tries": 0}])
 def test_segmenter_bad_params(kwargs):
     with pytest.raises(ValueError):
         Segmenter(**kwargs)
