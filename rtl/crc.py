@@ -13,7 +13,7 @@ Source: IEEE 802.3 clause 3.2.9; IBTA RoCEv2 annex A17.3.3 (ICRC).
 
 from functools import lru_cache
 
-from amaranth.hdl import Cat, Const
+from amaranth.hdl import Cat
 from amaranth.lib.crc import catalog
 
 __all__ = ["CRC32_INIT", "crc32_update", "crc32_final"]
@@ -26,26 +26,34 @@ def _matrices(nbytes: int):
     return catalog.CRC32_ETHERNET(data_width=8 * nbytes)._matrices()
 
 
+@lru_cache(maxsize=None)
+def _masks(nbytes: int):
+    """Per output bit: (state mask, data mask) whose XOR-reduction gives that bit.
+
+    The data mask is in lane order (bit b of ``data``); the library's
+    matrices take the word MSB first, so word bit j is data bit 8*nbytes-1-j.
+    """
+    f, g = _matrices(nbytes)
+    width = 8 * nbytes
+    out = []
+    for i in range(32):
+        smask = sum(1 << j for j in range(32) if f[j][i])
+        dmask = sum(1 << (width - 1 - j) for j in range(width) if g[j][i])
+        out.append((smask, dmask))
+    return tuple(out)
+
+
 def crc32_update(state, data, nbytes: int):
     """Next CRC register after ``nbytes`` bytes of ``data`` (bytes in lane order).
 
     ``state`` is the 32-bit register (unreflected, as kept between words,
     initial value :data:`CRC32_INIT`); returns a 32-bit ``Cat`` expression.
+    Each output bit is the XOR-reduction of ``state`` and ``data`` under a
+    constant mask: the same XOR network after synthesis, and word-wide
+    operations (fast) in an event-driven simulator.
     """
-    f, g = _matrices(nbytes)
-    # The reflected-input CRC consumes each byte LSB first; the library's
-    # matrices take the word MSB first, so feed bytes reversed bitwise.
-    word = Cat(*[data[i] for i in range(8 * nbytes)][::-1])
-    bits = []
-    for i in range(32):
-        bit = Const(0, 1)
-        for j in range(32):
-            if f[j][i]:
-                bit = bit ^ state[j]
-        for j in range(8 * nbytes):
-            if g[j][i]:
-                bit = bit ^ word[j]
-        bits.append(bit)
+    data = data[:8 * nbytes]
+    bits = [(state & smask).xor() ^ (data & dmask).xor() for smask, dmask in _masks(nbytes)]
     return Cat(*bits)
 
 

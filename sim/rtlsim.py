@@ -23,12 +23,20 @@ __all__ = ["run_rtl", "tb_param", "write_verilog"]
 
 
 def write_verilog(component, name: str, build_dir: Path) -> Path:
-    """Convert ``component`` to Verilog as module ``name`` into ``build_dir``; return the file."""
-    from amaranth.back import verilog
+    """Convert ``component`` to Verilog as module ``name`` into ``build_dir``; return the file.
+
+    By default the design is flattened and optimised for simulation speed
+    (:func:`_to_sim_verilog`); ``MRCNIC_YOSYS_OPT=0`` keeps Amaranth's own
+    Verilog with its hierarchy.
+    """
+    from amaranth.back import rtlil, verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{name}.v"
-    text = verilog.convert(component, name=name, emit_src=False)
+    if os.environ.get("MRCNIC_YOSYS_OPT", "1") != "0":
+        text = _to_sim_verilog(rtlil.convert(component, name=name, emit_src=False))
+    else:
+        text = verilog.convert(component, name=name, emit_src=False)
     # Yosys wakes every `always @*` block at time 0 through a register declared `= 0`; Icarus
     # applies declaration initialisers before processes start, so that event never happens and
     # a mux whose inputs never change (e.g. registers that stay at their reset value) stays X
@@ -39,9 +47,29 @@ def write_verilog(component, name: str, build_dir: Path) -> Path:
     return path
 
 
+def _to_sim_verilog(rtlil_text: str) -> str:
+    """Verilog of ``rtlil_text`` flattened and optimised into simple assignments.
+
+    Amaranth's Verilog keeps each process as an ``always @*`` block that Icarus
+    re-evaluates whole whenever any of its inputs changes; after ``proc``,
+    ``flatten`` and ``opt`` the same logic is a net of small continuous
+    assignments, which Icarus simulates much faster.  Same RTL, no
+    technology mapping.
+    """
+    from amaranth._toolchain.yosys import find_yosys
+
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = "\n".join([
+        f"read_rtlil <<rtlil\n{rtlil_text}\nrtlil",
+        "proc", "flatten", "memory_collect", "opt", "opt_clean -purge",
+        "write_verilog -noattr",
+    ])
+    return yosys.run(["-q", "-"], script, ignore_warnings=True)
+
+
 def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict | None = None,
             testcase: str | None = None, waves: bool = False, fresh: bool = True,
-            quiet: bool = False) -> Path:
+            quiet: bool = False, sources=()) -> Path:
     """Build ``component`` and run the cocotb ``test_module`` on it.
 
     Parameters
@@ -53,6 +81,7 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     env : values passed to the testbench (``MRCNIC_<KEY>`` = JSON).
     testcase : run only this cocotb test.
     waves : dump an FST waveform (``<build_dir>/<toplevel>.fst``).
+    sources : further Verilog files to build with it (modules the component instantiates).
 
     Returns the results XML path.  When any cocotb test failed this raises:
     under pytest the cocotb runner itself exits (``SystemExit``) after
@@ -66,7 +95,7 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
         shutil.rmtree(build_dir)
     src = write_verilog(component, toplevel, build_dir)
     runner = get_runner("icarus")
-    runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=build_dir,
+    runner.build(sources=[src, *map(str, sources)], hdl_toplevel=toplevel, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, always=True,
                  log_file=build_dir / "build.log" if quiet else None)
     extra_env = {f"MRCNIC_{k.upper()}": json.dumps(v) for k, v in (env or {}).items()}
