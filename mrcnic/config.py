@@ -39,7 +39,7 @@ __all__ = [
     "ConfigError", "load_config", "loads_config", "compile_tables",
     "NicConfig", "NicSettings", "Port", "MemoryRegion", "EvFormatProfile", "EvField",
     "UsidTemplate", "EvEntry", "EvProfile", "Qp", "CcProfile", "HwTables",
-    "EV_BITS", "MAX_SEGMENTS", "PMTUS",
+    "EV_BITS", "MAX_SEGMENTS", "PMTUS", "RELIABILITY_DEFAULTS", "rel_qp_configs",
 ]
 
 #: EV bits each EV format mode carries (wire format v1, fixed bit positions):
@@ -957,3 +957,28 @@ def compile_tables(cfg: NicConfig) -> HwTables:
         :func:`load_config` accepted, which runs this same layout).
     """
     return _compile(cfg, _Reader(cfg.source))
+
+
+#: Sender-reliability defaults (OCP MRC ACK timeout 1.024 us x 2^t; probes and ECN hold in cycles).
+RELIABILITY_DEFAULTS = dict(ack_timeout_exp=4, retry_count=3, probe_interval=2000, ecn_hold=2000)
+
+
+def rel_qp_configs(cfg: NicConfig, tables: HwTables, **overrides) -> list[dict]:
+    """``RelQpConfig`` field values (dicts, ``rtl/reliability.py``) per QP of ``cfg``.
+
+    Profile range and ``ev_min_active`` come from the QP's EV profile, the
+    NSCC parameters from its CC profile (``rtl.nscc.nscc_config``), the rest
+    from :data:`RELIABILITY_DEFAULTS` unless given in ``overrides``.
+    """
+    from mrcnic.rtl.nscc import nscc_config
+
+    out = []
+    for qp, ctx in zip(cfg.qps, tables.qp_contexts):
+        prof = cfg.ev_profiles[qp.ev_profile]
+        cc = cfg.cc_profiles.get(qp.cc_profile) if qp.cc_profile else None
+        rel = dict(RELIABILITY_DEFAULTS, start_psn=ctx["start_psn"],
+                   profile_base=ctx["profile_base"], profile_count=ctx["profile_count"],
+                   ev_min_active=prof.ev_min_active, nscc=nscc_config(cc))
+        rel.update(overrides)
+        out.append(rel)
+    return out

@@ -10,11 +10,15 @@ Internal organisation (chosen to fit the ECP5-25F):
 * the wide records (184 bits each) live in one ``amaranth.lib.memory.Memory``
   (one write port, one synchronous read port; ~6 EBRs at depth 256), never in
   flip-flops;
-* per entry, two flip-flops hold "state is GOOD" and "weight is non-zero", so
-  the ``eligible`` bitmap (GOOD and weight non-zero) is available to the spray
-  scheduler for every entry in parallel: 512 FFs and about 4 LUTs per entry at
-  depth 256 (the narrow state port updates only the GOOD flip-flop, which is
-  why both write ports can be used in the same cycle).
+* per entry, three flip-flops hold "state is GOOD", "weight is non-zero" and
+  "weight >= 2", so the ``eligible`` bitmap (GOOD and weight non-zero) and the
+  ``multi`` bitmap are available to the spray scheduler for every entry in
+  parallel: 768 FFs and about 5 LUTs per entry at depth 256 (the narrow state port updates only the GOOD flip-flop, which is
+  why both write ports can be used in the same cycle);
+* a copy of every ``weight`` lives in distributed (LUT) RAM with an
+  asynchronous read port (``wt_addr`` -> ``wt_data``, combinational), so the
+  spray scheduler can count a burst against the live weight without waiting
+  for the block-RAM read (whose clock-to-output alone is ~5.6 ns on ECP5).
 
 The ``state`` field inside the memory is the one last written on the wide
 port.  ``rd_data.state`` is GOOD when the entry is GOOD now; otherwise it is
@@ -71,10 +75,19 @@ class PathTable(wiring.Component):
         Entry at ``rd_addr``, one cycle after ``rd_en`` (synchronous read).  Its
         ``state`` is GOOD exactly when the entry was GOOD at the read (see the
         module notes for the other states); a same-cycle wide write to the same
-        entry is not visible (read-before-write).
+        entry is visible (the read port is transparent to the write port).
     eligible : Out(depth)
         Bit ``i`` set when entry ``i`` is GOOD and has a non-zero weight
         (registered: it reflects every write of the previous cycles).
+    multi : Out(depth)
+        Bit ``i`` set when entry ``i`` has a weight of 2 or more (registered, like
+        ``eligible``): the scheduler's "repeat after a first decision" test.
+    wt_addr : In(8)
+        Entry index of the weight read (asynchronous).
+    wt_data : Out(8)
+        ``weight`` last written to entry ``wt_addr`` (combinational, no read
+        latency; a write becomes visible after its clock edge).  Addresses
+        ``>= depth`` read entry ``wt_addr mod depth``.
     """
 
     def __init__(self, depth: int = MAX_PATHS):
@@ -92,6 +105,9 @@ class PathTable(wiring.Component):
             "rd_addr": In(8),
             "rd_data": Out(PathEntry),
             "eligible": Out(depth),
+            "multi": Out(depth),
+            "wt_addr": In(8),
+            "wt_data": Out(8),
         })
 
     def elaborate(self, platform):
@@ -111,12 +127,23 @@ class PathTable(wiring.Component):
             wp.data.eq(self.w_data),
         ]
 
+        # Weight copy in distributed RAM (asynchronous read for the scheduler's burst count).
+        m.submodules.wmem = wmem = Memory(shape=8, depth=depth, init=[])
+        wwp = wmem.write_port()
+        wrp = wmem.read_port(domain="comb")
+        m.d.comb += [
+            wwp.en.eq(w_ok), wwp.addr.eq(self.w_addr[:abits]), wwp.data.eq(self.w_data.weight),
+            wrp.addr.eq(self.wt_addr[:abits]), self.wt_data.eq(wrp.data),
+        ]
+
         # Per-entry flags: live "state is GOOD" and "weight is non-zero" (2 FFs per entry).
         good = Signal(depth)
         wnz = Signal(depth)
+        wmul = Signal(depth)
         st_good = self.st_state == EvState.GOOD
         w_good = self.w_data.state == EvState.GOOD
         w_nz = self.w_data.weight != 0
+        w_mul = self.w_data.weight[1:].any()
         # Two-level address decode (16 x 16 one-hot) shared by all entries.
         def decode(en, addr):
             lo = Signal(16)
@@ -133,8 +160,8 @@ class PathTable(wiring.Component):
             with m.Elif(w_hit):
                 m.d.sync += good[i].eq(w_good)
             with m.If(w_hit):
-                m.d.sync += wnz[i].eq(w_nz)
-        m.d.comb += self.eligible.eq(good & wnz)
+                m.d.sync += [wnz[i].eq(w_nz), wmul[i].eq(w_mul)]
+        m.d.comb += [self.eligible.eq(good & wnz), self.multi.eq(wmul)]
 
         # Synchronous read: memory record plus the live GOOD bit, both captured at the read.
         rd_sel = self.rd_addr[:abits]

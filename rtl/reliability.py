@@ -221,6 +221,9 @@ class SenderReliability(wiring.Component):
         Per QP: configured, ``inflight < cwnd`` and fewer than
         ``window - WINDOW_MARGIN`` PSNs outstanding (registered).  New packets
         only while set; retransmissions are always allowed.
+    una : Out(data.ArrayLayout(24, qps))
+        Per QP: oldest PSN not cumulatively acknowledged (the segmenter frees
+        a message's descriptor once ``una`` has passed its last PSN).
     cwnd, inflight : Out(data.ArrayLayout(32, qps))
         NSCC window and bytes in flight per QP.
     retransmissions, timeouts, trim_nacks, ecn_echoes, clean_acks, probes_sent,
@@ -261,6 +264,7 @@ class SenderReliability(wiring.Component):
             "tx_ok": Out(qps),
             "cwnd": Out(data.ArrayLayout(32, qps)),
             "inflight": Out(data.ArrayLayout(32, qps)),
+            "una": Out(data.ArrayLayout(24, qps)),
         }
         ports.update({name: Out(32) for name in self._counters})
         super().__init__(ports)
@@ -299,6 +303,7 @@ class SenderReliability(wiring.Component):
         outst = [Signal(24, name=f"outst{i}") for i in range(qps)]
         for i in range(qps):
             m.d.comb += outst[i].eq(nxt[i] - una[i])
+            m.d.comb += self.una[i].eq(una[i])
             m.d.sync += self.tx_ok[i].eq(qvalid[i] & (inflight[i] < nscc.cwnd[i])
                                          & (outst[i] < window - WINDOW_MARGIN))
         outst_a = Array(outst)

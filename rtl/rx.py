@@ -20,7 +20,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .ack_gen import AckGen
+from .ack_gen import AckGen, ProbeFrameReq
 from .axi import Axi4WriteSignature
 from .axis import AxiStreamSignature
 from .layouts import (AckRequest, Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
@@ -75,6 +75,10 @@ class RxPipeline(wiring.Component):
         Per-reason drop counters of plane i's parser.
     accepted : Out(32)
         Frames accepted by all parsers (every kind).
+    probe : In(stream ProbeFrameReq)
+        EV probes to send (sender reliability), framed by the ACK generator.
+    probes_sent : Out(32)
+        Probe frames sent.
     placed_bytes, duplicates, out_of_window, acks_sent : Out(32)
         Bytes written to host memory; duplicate and out-of-window data packets; ACK frames sent.
     """
@@ -101,6 +105,8 @@ class RxPipeline(wiring.Component):
             "out_of_window": Out(32),
             "acks_sent": Out(32),
             "accepted": Out(32),
+            "probe": In(stream.Signature(ProbeFrameReq)),
+            "probes_sent": Out(32),
         }
         for i in range(ports):
             members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
@@ -164,6 +170,8 @@ class RxPipeline(wiring.Component):
             ack_fifo.r_en.eq(agen.req.ready),
         ]
         wiring.connect(m, wiring.flipped(self.spray_decision), agen.path)
+        wiring.connect(m, wiring.flipped(self.probe), agen.probe)
+        m.d.comb += self.probes_sent.eq(agen.probes_sent)
 
         m.d.comb += self.accepted.eq(sum(
             getattr(m.submodules, f"parser_p{i}").accepted[k] for i in range(n) for k in range(3)))

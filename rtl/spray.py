@@ -11,47 +11,69 @@ Scheduling discipline (weighted round robin, per QP)
 A QP's profile is the entry range ``[base, min(base + count, depth))``.  An
 entry is *eligible* when it is in the range, its state is GOOD, its weight is
 non-zero and its ``avoid`` bit is clear.  Each QP (8, ``MAX_QPS``) keeps its own
-position: the current entry, how many decisions it has had in a row, and the
-weight snapshot taken when it was chosen.  A request repeats the current entry
-while it is still eligible and has had fewer than ``weight`` decisions;
-otherwise it moves to the next eligible entry above the current one, wrapping
-to the lowest eligible entry of the profile.  A *round* is one such pass over
-the profile: every eligible entry gets exactly ``weight`` consecutive decisions
-per round.  (Firmware that prefers interleaving over bursts uses weight 1 and
-copies, which this discipline also honours.)
+position: the current entry and how many decisions it has had in a row.  A
+request repeats the current entry while it is still eligible and has had fewer
+than ``weight`` decisions; otherwise it moves to the next eligible entry above
+the current one, wrapping to the lowest eligible entry of the profile.  A
+*round* is one such pass over the profile: every eligible entry gets exactly
+``weight`` consecutive decisions per round.  (Firmware that prefers
+interleaving over bursts uses weight 1 and copies, which this discipline also
+honours.)
 
-The search for the next eligible entry is a two-level find-next-set (16
-groups of 16 entries: group summary bits and per-group lowest bits) done in a
-single cycle, so the scheduler sustains one decision per clock however many
-entries are skipped.
+Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
+--------------------------------------------------------------------------------
+* **A** (request register): the profile's range mask AND the live eligible
+  bitmap gives the candidates; per group of 16 entries an "any" bit and the
+  lowest candidate are computed.  A request with no candidate waits here
+  (``no_path``); A also waits while the output could not absorb it (credit:
+  skid-FIFO level + requests in B, C and D < ``OUT_DEPTH``), so B, C, D never stall.
+* **B**: for every group, the first candidate of the next non-empty group after
+  it (wrapping to the lowest), registered: the group-level search is done.
+* **C** (the only loop, one cycle): the QP position (forwarded from a same-QP
+  pick in the previous cycle, otherwise the QP's registers) either repeats
+  (still a candidate and fewer decisions than its weight: the ``multi``
+  candidate bitmap after one decision, then a registered weight snapshot),
+  takes the next candidate in its own group (a 16-bit find-next), or takes
+  the registered next-group candidate.
+* **D / output**: the pick is registered (D), then goes to the decision
+  register (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the
+  table's block RAM is read from D or the FIFO when the decision register is
+  loaded, so it is outside the loop.
 
 Changes while traffic runs
 --------------------------
-State changes, weight changes to or from 0 and ``avoid`` changes are seen by
-the selection in the cycle after the write strobe: every decision whose
-``valid`` rises two or more cycles after the cycle of the ``st_en``/``w_en``
-strobe (or ``avoid`` change) obeys it (``SETTLE_CYCLES`` = 2).  A decision
-already presented (held under backpressure) is not withdrawn.  Other weight
-changes apply from the entry's next burst (at the latest the next round).
+The candidates of a request are taken in stage A from the eligible bitmap, so
+state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
+every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 5 or more cycles after
+the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
+already scheduled (in B, C, D or the skid FIFO) are not withdrawn.  Other
+weight changes apply within two decisions of a burst (the burst count is
+checked against a weight snapshot read from the table's LUT-RAM copy one
+cycle after the entry was picked; the first repeat uses the ``multi`` bitmap).
 
-Resources and timing (Yosys ``synth_ecp5`` + nextpnr out of context, LFE5U-25F,
-depth 256): about 3.1k LUT4, 1.2k FFs, 6 DP16KD; depth 128: about 2.0k LUT4.
-The single-cycle selection loop currently closes at about 50 MHz, short of the
-125 MHz target: the next step is to register the group summaries and take the
-table read (and its write-collision bypass) out of the loop.
+Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
+LFE5U-25F CABGA256, depth 256, ``tests/rtl/fmax_spray.py``): about 6.0k LUT4,
+2.7k FFs, 6 DP16KD, 70 MHz (was 3.3k / 1.2k / 6 / 53 MHz single-cycle).  Still
+short of 125 MHz: the remaining loop is stage C (position -> group mux,
+candidate lookup, 16-bit find-next -> pick).  Next step: keep the current
+group's remaining candidates as a 16-bit register (lowest set bit and its
+removal by carry chain) and the candidate/weight checks of the forwarded
+position precomputed, so C is about 4 LUT levels.
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, MAX_QPS, Decision, EvState, PathEntry, SprayReq
 from .path_table import PathTable
 
-__all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY"]
+__all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 2   #: cycles from a write strobe to the first decision that obeys it
-LATENCY = 2         #: cycles from a ``req`` transfer to its ``decision`` valid
+SETTLE_CYCLES = 5   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+LATENCY = 5         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
 
 
 def _first_set(m, vec, width, name):
@@ -79,16 +101,19 @@ class SprayScheduler(wiring.Component):
         leaves the request waiting (``no_path``).
     decision : Out(stream.Signature(Decision))
         {index (8 bits), entry (PathEntry, 184 bits)}; ``entry`` is the table
-        record at selection (a same-cycle wide write to it is included) with
-        ``state`` GOOD, the state every selected entry has.  Latency ``LATENCY`` = 2 cycles
-        from the request transfer; one decision per clock sustained when ``req``
-        is always valid and ``decision`` always ready.  ``req.ready`` follows
-        ``decision.ready`` combinationally (two-entry pipeline, no bubbles).
+        record read when the decision is loaded into the output register (a
+        same-cycle wide write to it is included) with ``state`` GOOD, the state
+        every selected entry has.  Latency ``LATENCY`` = 5 cycles from the
+        request transfer; one decision per clock sustained when ``req`` is
+        always valid and ``decision`` always ready.  Under backpressure up to
+        ``OUT_DEPTH`` + 1 decisions are buffered; ``req.ready`` then falls.
     no_path : Out(1)
-        High while the oldest accepted request has no eligible entry in its
-        profile; that request then waits (no decision is produced) and is served
-        as soon as an entry becomes eligible.
+        High while the oldest request not yet scheduled has no eligible entry in
+        its profile; that request then waits (no decision is produced) and is
+        served as soon as an entry becomes eligible.
     avoid : In(depth)
+        (Out) ``eligible``: the table's per-entry GOOD-and-weight-non-zero bitmap
+        (``avoid`` not applied), for sender reliability's ev_min_active check.
         Temporary mask (ECN steering hook): a set bit makes the entry ineligible
         while it stays set.  Tie to 0 when unused.
     w_en, w_addr, w_data : In(1), In(8), In(PathEntry)
@@ -112,12 +137,14 @@ class SprayScheduler(wiring.Component):
             "st_en": In(1),
             "st_addr": In(8),
             "st_state": In(EvState),
+            "eligible": Out(depth),
         })
 
     def elaborate(self, platform):
         m = Module()
         depth = self.depth
         n_grp = depth // 16
+        abits = (depth - 1).bit_length()
 
         m.submodules.table = table = PathTable(depth)
         m.d.comb += [
@@ -125,8 +152,17 @@ class SprayScheduler(wiring.Component):
             table.st_en.eq(self.st_en), table.st_addr.eq(self.st_addr),
             table.st_state.eq(self.st_state),
         ]
+        m.d.comb += self.eligible.eq(table.eligible)
+        live = Signal(depth)            # eligible now: GOOD, weight non-zero, not avoided
+        m.d.comb += live.eq(table.eligible & ~self.avoid)
 
-        # ---- stage 1: accepted request and its profile range mask ------------------------------
+        def groups(vec):
+            return [vec[16 * g:16 * (g + 1)] for g in range(n_grp)]
+
+        def gidx(first, g):             # entry index from a 4-bit in-group index and a group
+            return Cat(first, C(g, 4))[:8] if isinstance(g, int) else Cat(first, g[:4])[:8]
+
+        # ---- stage A: accepted request, its range mask and candidate groups -------------------
         req = self.req.payload
         end = Signal(10)
         m.d.comb += end.eq(req.base + req.count)
@@ -138,100 +174,101 @@ class SprayScheduler(wiring.Component):
             for b in range(16):
                 m.d.comb += rng[16 * g + b].eq((lo_g | (lo_eq & (bb <= b)))
                                                & (hi_g | (hi_eq & (be > b))))
-        s1_valid = Signal()
-        s1_qp = Signal(range(MAX_QPS))
-        s1_rng = Signal(depth)
-        # The request's QP position travels with it (forwarded from a same-cycle update), so
-        # the selection loop starts from flip-flops, not from an 8:1 per-QP mux.
-        s1_c = Signal(8)            # current entry
-        s1_cok = Signal()           # current entry is valid
-        s1_n = Signal(8)            # decisions it has had in a row
-        s1_w = Signal(8)            # its weight snapshot
-        s1_wbyp = Signal()          # ... which is on table.rd_data instead (picked last decision)
-        s1_more = Signal()          # s1_n < s1_w (precomputed off the loop)
+        a_valid = Signal()
+        a_qp = Signal(range(MAX_QPS))
+        a_rng = Signal(depth)
+        a_cand = Signal(depth)
+        a_multi = Signal(depth)         # candidates whose weight is 2 or more
+        m.d.comb += [a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi)]
+        a_any = Signal(n_grp)
+        a_first = []
+        for g, vec in enumerate(groups(a_cand)):
+            m.d.comb += a_any[g].eq(vec.any())
+            a_first.append(_first_set(m, vec, 16, f"a_first{g}")[1])
+        a_have = a_any.any()
 
-        # ---- stage 2: selection (the only loop: per-QP position read-modify-write) -------------
-        cand = Signal(depth)
-        m.d.comb += cand.eq(s1_rng & table.eligible & ~self.avoid)
-        grp = [cand[16 * g:16 * (g + 1)] for g in range(n_grp)]
-        grp_any = Signal(n_grp)
-        grp_first = []
+        # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
+        b_valid = Signal()
+        b_qp = Signal(range(MAX_QPS))
+        b_cand = Signal(depth)
+        b_multi = Signal(depth)
+        b_any = Signal(n_grp)
+        b_first = Array(Signal(4, name=f"b_first{g}") for g in range(n_grp))
+        _, b_low = _first_set(m, b_any, n_grp, "b_low")
+        b_nf = []                        # first candidate after group g (wraps to the lowest)
         for g in range(n_grp):
-            m.d.comb += grp_any[g].eq(grp[g].any())
-            grp_first.append(_first_set(m, grp[g], 16, f"grp{g}")[1])
-        have = grp_any.any()
+            nf = Signal(8, name=f"b_nf{g}")
+            above = b_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
+            if g < n_grp - 1:
+                has, g2 = _first_set(m, above, n_grp, f"b_above{g}")
+                gsel = Mux(has, g2, b_low)
+            else:
+                gsel = b_low
+            gs = Signal(4, name=f"b_nfg{g}")
+            m.d.comb += [gs.eq(gsel), nf.eq(gidx(b_first[gs], gs))]
+            b_nf.append(nf)
+
+        # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
+        c_valid = Signal()
+        c_qp = Signal(range(MAX_QPS))
+        c_cand = Signal(depth)
+        c_multi = Signal(depth)
+        c_nf = Array(Signal(8, name=f"c_nf{g}") for g in range(n_grp))
+        c, c_ok, n = Signal(8), Signal(), Signal(8)     # position, valid, decisions in a row
+        c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
+        c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
 
         cur = Array(Signal(8, name=f"cur{q}") for q in range(MAX_QPS))
         cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(MAX_QPS))
         cnt = Array(Signal(8, name=f"cnt{q}") for q in range(MAX_QPS))
         wgt = Array(Signal(8, name=f"wgt{q}") for q in range(MAX_QPS))
-        wl_pend = Signal()                  # rd_data holds the entry picked last cycle
-        wl_qp = Signal(range(MAX_QPS))
 
-        c, c_ok, n = s1_c, s1_cok, s1_n
-        w_eff = Signal(8)
-        m.d.comb += w_eff.eq(Mux(s1_wbyp, table.rd_data.weight, s1_w))
-        gc, bc = c[4:8], c[:4]
-        grp_arr = Array(grp)
-        first_arr = Array(grp_first)
-        cur_grp = Signal(16)
-        m.d.comb += cur_grp.eq(grp_arr[gc])
-        # A new pick (s1_wbyp) has had one decision: it repeats when its weight exceeds 1.
+        # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
+        m.d.comb += table.wt_addr.eq(c)
+        in_cand = c_cand.bit_select(c[:abits], 1)
+        multi = c_multi.bit_select(c[:abits], 1)
         repeat = Signal()
-        m.d.comb += repeat.eq(c_ok & cur_grp.bit_select(bc, 1)
-                              & Mux(s1_wbyp, table.rd_data.weight[1:].any(), s1_more))
+        m.d.comb += repeat.eq(c_ok & in_cand & Mux(c_first, multi, n < c_w))
+        gc, bc = c[4:8], c[:4]
+        cur_grp = Signal(16)
+        m.d.comb += cur_grp.eq(Array(groups(c_cand))[gc] if n_grp > 1 else c_cand)
         any_in, b1 = _first_set(m, cur_grp & (C(0xFFFE, 16) << bc)[:16], 16, "above")
-        gmask = ((1 << n_grp) - 2) & ((1 << n_grp) - 1)
-        any_g, g2 = _first_set(m, grp_any & (C(gmask, n_grp) << gc)[:n_grp], n_grp, "grp_above")
-        _, g3 = _first_set(m, grp_any, n_grp, "grp_low")
-
         pick = Signal(8)
         with m.If(repeat):
             m.d.comb += pick.eq(c)
         with m.Elif(c_ok & any_in):
             m.d.comb += pick.eq(Cat(b1, gc))
-        with m.Elif(c_ok & any_g):
-            m.d.comb += pick.eq(Cat(first_arr[g2], g2[:4]) if n_grp > 1 else first_arr[0])
+        with m.Elif(c_ok):
+            m.d.comb += pick.eq(c_nf[gc] if n_grp > 1 else c_nf[0])
         with m.Else():
-            m.d.comb += pick.eq(Cat(first_arr[g3], g3[:4]) if n_grp > 1 else first_arr[0])
+            m.d.comb += pick.eq(c_nf[n_grp - 1])
         new_n = Signal(8)
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
+        with m.If(c_valid):
+            m.d.sync += [cur[c_qp].eq(pick), cur_ok[c_qp].eq(1), cnt[c_qp].eq(new_n),
+                         wgt[c_qp].eq(table.wt_data)]
+
+        # ---- output: skid FIFO (falls through when empty) and decision register ---------------
+        m.submodules.fifo = fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
         dec_valid = Signal()
         dec_index = Signal(8)
-        fire = Signal()
-        m.d.comb += [
-            fire.eq(s1_valid & have & (~dec_valid | self.decision.ready)),
-            self.req.ready.eq(~s1_valid | fire),
-            self.no_path.eq(s1_valid & ~have),
-        ]
-        with m.If(self.req.ready):
-            m.d.sync += [s1_valid.eq(self.req.valid), s1_qp.eq(req.qp), s1_rng.eq(rng)]
-            with m.If(fire & (s1_qp == req.qp)):
-                m.d.sync += [s1_c.eq(pick), s1_cok.eq(1), s1_n.eq(new_n), s1_w.eq(w_eff),
-                             s1_wbyp.eq(~repeat), s1_more.eq(new_n < w_eff)]
-            with m.Else():
-                w_in = Mux(wl_pend & (wl_qp == req.qp), table.rd_data.weight, wgt[req.qp])
-                m.d.sync += [s1_c.eq(cur[req.qp]), s1_cok.eq(cur_ok[req.qp]),
-                             s1_n.eq(cnt[req.qp]), s1_wbyp.eq(0), s1_w.eq(w_in),
-                             s1_more.eq(cnt[req.qp] < w_in)]
-
-        # Weight snapshot of a newly picked entry arrives on rd_data one cycle later.
-        with m.If(wl_pend):
-            m.d.sync += wgt[wl_qp].eq(table.rd_data.weight)
-        m.d.sync += wl_pend.eq(fire & ~repeat)
-        with m.If(fire):
-            m.d.sync += [
-                cur[s1_qp].eq(pick),
-                cur_ok[s1_qp].eq(1),
-                cnt[s1_qp].eq(new_n),
-                wl_qp.eq(s1_qp),
-            ]
-
-        # ---- stage 3: decision register; the entry comes from the table's read port -----------
-        m.d.comb += [table.rd_en.eq(fire), table.rd_addr.eq(pick)]
-        with m.If(fire):
-            m.d.sync += [dec_valid.eq(1), dec_index.eq(pick)]
+        load = Signal()
+        m.d.comb += load.eq(~dec_valid | self.decision.ready)
+        d_valid = Signal()              # stage D: the pick, registered (block RAM address source)
+        d_index = Signal(8)
+        m.d.sync += [d_valid.eq(c_valid), d_index.eq(pick)]
+        src = Signal(8)
+        with m.If(fifo.r_rdy):
+            m.d.comb += [src.eq(fifo.r_data), fifo.r_en.eq(load),
+                         fifo.w_en.eq(d_valid), fifo.w_data.eq(d_index)]
+        with m.Else():
+            m.d.comb += [src.eq(d_index), fifo.w_en.eq(d_valid & ~load), fifo.w_data.eq(d_index)]
+        take = Signal()
+        m.d.comb += take.eq(load & (fifo.r_rdy | d_valid))
+        m.d.comb += [table.rd_en.eq(take), table.rd_addr.eq(src)]
+        with m.If(take):
+            m.d.sync += [dec_valid.eq(1), dec_index.eq(src)]
         with m.Elif(self.decision.ready):
             m.d.sync += dec_valid.eq(0)
         m.d.comb += [
@@ -240,4 +277,31 @@ class SprayScheduler(wiring.Component):
             self.decision.payload.entry.eq(table.rd_data),
             self.decision.payload.entry.state.eq(EvState.GOOD),   # selected => GOOD
         ]
+
+        # ---- pipeline control: A advances only with room for everything ahead of it ------------
+        room = Signal()
+        m.d.comb += room.eq(fifo.level + b_valid + c_valid + d_valid < OUT_DEPTH)
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(a_valid & a_have & room),
+            self.req.ready.eq(~a_valid | advance),
+            self.no_path.eq(a_valid & ~a_have),
+        ]
+        with m.If(self.req.ready):
+            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
+        m.d.sync += b_valid.eq(advance)
+        with m.If(advance):
+            m.d.sync += [b_qp.eq(a_qp), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
+            m.d.sync += [b_first[g].eq(a_first[g]) for g in range(n_grp)]
+        m.d.sync += c_valid.eq(b_valid)
+        with m.If(b_valid):
+            m.d.sync += [c_qp.eq(b_qp), c_cand.eq(b_cand), c_multi.eq(b_multi)]
+            m.d.sync += [c_nf[g].eq(b_nf[g]) for g in range(n_grp)]
+            # The QP position travels with the request: forwarded from a same-QP pick this cycle.
+            with m.If(c_valid & (c_qp == b_qp)):
+                m.d.sync += [c.eq(pick), c_ok.eq(1), n.eq(new_n), c_first.eq(~repeat),
+                             c_w.eq(table.wt_data)]
+            with m.Else():
+                m.d.sync += [c.eq(cur[b_qp]), c_ok.eq(cur_ok[b_qp]), n.eq(cnt[b_qp]),
+                             c_first.eq(cnt[b_qp] == 1), c_w.eq(wgt[b_qp])]
         return m

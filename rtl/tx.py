@@ -19,7 +19,8 @@ from .axi import Axi4ReadSignature
 from .axis import AxiStreamSignature
 from .frame_merge import FrameMerge
 from .header_gen import HeaderGen
-from .layouts import EvState, NicGlobals, PathEntry, QpContext, WorkRequest
+from .layouts import (MAX_QPS, EvState, NicGlobals, PathEntry, QpContext, RetxReq, SentInfo,
+                      WorkRequest)
 from .segmenter import Segmenter
 from .spray import SprayScheduler
 
@@ -62,18 +63,25 @@ class TxPipeline(wiring.Component):
         Work requests refused (zero length, misaligned, unknown QP).
     no_path : Out(1)
         The current request's EV profile has no eligible entry (traffic waits).
+    retx, sent, tx_ok, una, eligible, retransmits
+        Only with ``reliability=True``: the segmenter's retransmission request
+        input, its SentInfo tap, the per-QP window gate, the per-QP oldest
+        unacknowledged PSN, the path table's eligibility bitmap, and the count
+        of retransmitted packets (see :class:`~mrcnic.rtl.segmenter.Segmenter`
+        and :class:`~mrcnic.rtl.reliability.SenderReliability`).  Without it
+        these are tied off: no retransmissions, windows always open.
 
     Throughput: one beat per clock on the sum of the plane outputs, with no
     idle cycle between back-to-back frames (measured by ``mrcnic bench tx``).
     Backpressure on one plane stalls all of them (head-of-line, v1).
     """
 
-    def __init__(self, ports: int = 4, paths: int = 256):
+    def __init__(self, ports: int = 4, paths: int = 256, reliability: bool = False):
         if not 1 <= ports <= 8:
             raise ValueError(f"ports must be 1..8, not {ports}")
         if not 1 <= paths <= 256:
             raise ValueError(f"paths must be 1..256, not {paths}")
-        self._ports, self._paths = ports, paths
+        self._ports, self._paths, self._rel = ports, paths, reliability
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "globals": In(NicGlobals),
@@ -89,6 +97,15 @@ class TxPipeline(wiring.Component):
         }
         for i in range(ports):
             members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
+        if reliability:
+            members.update({
+                "retx": In(stream.Signature(RetxReq)),
+                "sent": Out(stream.Signature(SentInfo)),
+                "tx_ok": In(MAX_QPS),
+                "una": In(data.ArrayLayout(24, MAX_QPS)),
+                "eligible": Out(paths),
+                "retransmits": Out(32),
+            })
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -121,13 +138,18 @@ class TxPipeline(wiring.Component):
             seg.qp_w_en.eq(self.qp_w_en), seg.qp_w_addr.eq(self.qp_w_addr),
             seg.qp_w_data.eq(self.qp_w_data),
             seg.pmtu_log2.eq(self.globals.pmtu_log2),
-            # no sender reliability here yet: no retransmission requests, every
-            # message released at once, windows always open, SentInfo tap ignored
-            seg.retx.valid.eq(0),
-            seg.una.eq(seg.next_psn),
-            seg.tx_ok.eq(-1),
-            seg.sent.ready.eq(1),
             self.wr_refused.eq(seg.wr_refused),
             self.no_path.eq(spray.no_path),
         ]
+        if self._rel:
+            wiring.connect(m, wiring.flipped(self.retx), seg.retx)
+            wiring.connect(m, seg.sent, wiring.flipped(self.sent))
+            m.d.comb += [seg.una.eq(self.una), seg.tx_ok.eq(self.tx_ok),
+                         self.eligible.eq(spray.eligible),
+                         self.retransmits.eq(seg.retransmits)]
+        else:
+            # No sender reliability: no retransmission requests, every message
+            # released at once, windows always open, SentInfo tap ignored.
+            m.d.comb += [seg.retx.valid.eq(0), seg.una.eq(seg.next_psn), seg.tx_ok.eq(-1),
+                         seg.sent.ready.eq(1)]
         return m

@@ -12,7 +12,7 @@ from mrcnic.rtl.path_table import PathTable
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import pack, start, unpack
 
-INPUTS = ["w_en", "w_addr", "w_data", "st_en", "st_addr", "st_state", "rd_en", "rd_addr"]
+INPUTS = ["w_en", "w_addr", "w_data", "st_en", "st_addr", "st_state", "rd_en", "rd_addr", "wt_addr"]
 GOOD, BAD, DENIED = EvState.GOOD, EvState.ASSUMED_BAD, EvState.DENIED
 
 
@@ -57,7 +57,17 @@ class TB:
         await ReadOnly()
         want = sum(1 << i for i in self.mem if self.good[i] and self.mem[i]["weight"])
         assert int(self.dut.eligible.value) == want
+        want = sum(1 << i for i in self.mem if self.mem[i]["weight"] >= 2)
+        assert int(self.dut.multi.value) == want
         await FallingEdge(self.dut.clk)
+
+    async def check_weights(self, idxs):
+        """The asynchronous LUT-RAM weight port: same-cycle (combinational) read of each index."""
+        for i in idxs:
+            self.dut.wt_addr.value = i
+            await ReadOnly()
+            assert int(self.dut.wt_data.value) == self.mem[i]["weight"], i
+            await FallingEdge(self.dut.clk)
 
     async def read(self, i):
         await self.cycle(rd=i)
@@ -90,6 +100,11 @@ async def run_table(dut):
     await tb.check_eligible()
     for i in rng.sample(range(tb.depth), 16):
         assert await tb.read(i) == tb.expected(i)
+    await tb.check_weights(range(tb.depth))
+    # a weight written at one clock edge is read back combinationally right after it
+    for i in rng.sample(range(tb.depth), 8):
+        await tb.cycle(w=(i, record(rng, GOOD, rng.randrange(256))))
+        await tb.check_weights([i])
 
     # out-of-range writes are ignored (they must not alias onto a low entry)
     if tb.depth < 256:
@@ -108,6 +123,7 @@ async def run_table(dut):
     await tb.check_eligible()
     for i in range(tb.depth):
         assert await tb.read(i) == tb.expected(i), i
+    await tb.check_weights(range(tb.depth))       # the state port never touches weights
 
     # both ports in one cycle: same entry -> st_state wins, other fields from the wide write
     a, b = 5, 9

@@ -1,0 +1,339 @@
+"""MRCNic: the whole NIC datapath -- transmit pipeline, receive pipeline, one port per plane.
+
+::
+
+    s_wr ──► TxPipeline ──(data frames p<i>)─────────────► PlaneMux p<i> ──► m_axis_p<i>
+               │ m_axi (AR/R)                                  ▲
+               ▼                                               │ (ACK frames p<i>)
+    m_axi ◄── AXI4 (reads: TX payload, writes: RX placement)   │
+               ▲ m_axi (AW/W/B)                                │
+    s_axis_p<i> ──► RxPipeline ──► recv_cpl                    │
+                       │ spray_req/decision ◄─► SprayScheduler (ACK reverse paths)
+                       └─ ack_rx (received ACKs) ──► SenderReliability
+                                                           │ retx, tx_ok, una ──► segmenter
+                                                           │ st_* ──► every path-table copy
+                                                           │ avoid ──► transmit spray (ECN)
+                                                           └ probe ──► probe_table ──► AckGen
+
+Sender reliability (:class:`~mrcnic.rtl.reliability.SenderReliability`)
+closes the loop: SACKs and NACKs from the peer, retransmissions on another
+EV, ACK timeouts that make an EV ASSUMED_BAD (an EV event), probes that bring
+it back, NSCC windows.  Configure each QP with ``rel_w_*`` before posting work
+requests on it: a QP without a reliability context has a closed window.
+
+Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper, OCP MRC 1.0
+(EV profiles, EV states).
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import Axi4ReadSignature, Axi4Signature, Axi4WriteSignature
+from .axis import AxiStreamSignature
+from .ack_gen import ProbeFrameReq
+from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvEvent, EvState, MemRegion,
+                      NicGlobals, PathEntry, ProbeReq, QpContext, RxQpContext, WorkRequest)
+from .path_table import PathTable
+from .plane_mux import PlaneMux
+from .reliability import RelQpConfig, SenderReliability
+from .rx import RxPipeline
+from .spray import SprayScheduler
+from .tx import TxPipeline
+
+__all__ = ["MRCNic"]
+
+
+class MRCNic(wiring.Component):
+    """One MRC NIC: ``ports`` planes, host work requests in, receive completions out, AXI4 to memory.
+
+    Parameters
+    ----------
+    ports : int
+        Planes (1..8): one 64-bit AXI-Stream input and output each.
+    qps : int
+        Receive QP contexts (1..8); the transmit side holds 8.
+    paths : int
+        Path-table entries of each spray scheduler (16, 32, 64, 128 or 256).
+    window : int
+        PSN window of the receive SACK tracker (packets).
+
+    Attributes
+    ----------
+    s_wr : In(stream.Signature(WorkRequest))
+        Host work requests (RDMA WRITE / WRITE with immediate), see ``Segmenter``.
+    recv_cpl : Out(stream.Signature(Completion))
+        Receive completions: one per message written into this NIC's memory,
+        after all its bytes are in memory.  Must be taken (``ready``) or the
+        receive path stalls once its completion FIFO fills.
+    m_axi : Out(Axi4Signature(32, 64, 4))
+        Host memory: AR/R carry the transmit payload reads, AW/W/B the receive
+        placement writes (the two halves are independent).
+    s_axis_p<i> : In(AxiStreamSignature(64))
+        Frames received on plane i (Ethernet without FCS).  Bad frames are
+        dropped and counted in ``drops_p<i>``.
+    m_axis_p<i> : Out(AxiStreamSignature(64))
+        Frames sent on plane i: data frames and ACK/SACK/NACK frames, whole
+        frames in round robin (:class:`~mrcnic.rtl.plane_mux.PlaneMux`).
+        Backpressure on one plane stalls the transmit pipeline (head of line, v1).
+    globals : In(NicGlobals)
+        Source MAC/IPv6, DSCP, path MTU of every frame this NIC builds.
+    next_hop_mac : In(ArrayLayout(48, ports))
+        Destination MAC of each plane's first hop (data and ACK frames).
+    pt_w_en, pt_w_addr, pt_w_data : In(1), In(8), In(PathEntry)
+        Path-table write.  **Written to both spray schedulers**: the transmit
+        one (data) and the ACK one (reverse paths of the ACKs this NIC sends).
+        The two tables hold the same entries -- a QP's EV profile is the set of
+        paths to its peer, for its data and for its ACKs alike; the duplication
+        costs a second table but keeps the transmit scheduler's one decision per
+        clock for data only.
+    pt_st_en, pt_st_addr, pt_st_state : In(1), In(8), In(EvState)
+        EV state update (GOOD / ASSUMED_BAD / DENIED), applied to both tables.
+    seg_w_en, seg_w_addr, seg_w_data : In(1), In(8), In(128)
+        SRH segment memory write (data frames' uSID carriers).
+    qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(QpContext)
+        QP transmit context.  Also gives the receive side the EV profile its
+        ACKs to that QP's peer are sprayed over (``profile_base/count``).
+    rxqp_w_en, rxqp_w_addr, rxqp_w_data : In(1), In(3), In(RxQpContext)
+        QP receive context (QPN, peer QPN, peer uSID, first expected PSN).
+    mr_w_en, mr_w_addr, mr_w_data : In(1), In(2), In(MemRegion)
+        Registered memory regions (rkey, VA range, host base).
+    own_usid, locator_block, own_ip, trim_dscp : In(16), In(32), In(128), In(6)
+        This NIC's uSID and locator block (arrival DA check), IPv6 address,
+        and the DSCP of trimmed packets.
+    ack_every, ack_timeout : In(8), In(16)
+        ACK coalescing: an ACK every N data packets or T cycles (SackTracker).
+    avoid : In(paths)
+        Transmit entries to skip (ECN steering hook); 0 = none.
+    wr_refused : Out(32)
+        Work requests refused (zero length, misaligned, unknown QP).
+    no_path : Out(1)
+        The current request's EV profile has no eligible entry (traffic waits).
+    data_frames, ack_frames : Out(32)
+        Data frames and ACK frames sent, all planes (wrap).
+    acks_received : Out(32)
+        ACK/SACK/NACK/probe-reply frames received and validated (wrap).
+    placed_bytes, duplicates, out_of_window, acks_sent, accepted : Out(32)
+        Receive counters (see :class:`~mrcnic.rtl.rx.RxPipeline`).
+    drops_p<i> : Out(ArrayLayout(32, N_REASONS))
+        Per-reason drop counters of plane i's parser (``rx_parser.DropReason``).
+    rel_w_en, rel_w_addr, rel_w_data : In(1), In(3), In(RelQpConfig)
+        Sender-reliability context of a QP (``mrcnic.config.rel_qp_configs``):
+        EV profile, ev_min_active, ACK timeout exponent, retries, probe
+        interval, ECN hold, NSCC parameters.  Required before sending on the QP.
+    send_cpl : Out(stream.Signature(Completion))
+        Send completions: a message every PSN of which the peer acknowledged.
+    ev_event : Out(stream.Signature(EvEvent))
+        EV events (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply,
+        MIN_ACTIVE when ev_min_active held an EV GOOD).  Take them or they are
+        counted as dropped once the event FIFO is full.
+    retransmits, timeouts, trim_nacks, ecn_echoes, clean_acks, probes_sent, probe_replies, ev_events : Out(32)
+        Sender-reliability counters.
+    cwnd : Out(ArrayLayout(32, qps))
+        NSCC congestion window of each QP, bytes.
+
+    Latency and throughput are those of the pipelines plus zero cycles for the
+    plane multiplexers (combinational pass-through, frame-level arbitration).
+    Data and ACK frames share each plane at one beat per clock.
+    """
+
+    def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256):
+        if not 1 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
+        if not 1 <= qps <= MAX_QPS:
+            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+        if paths not in (16, 32, 64, 128, 256):
+            raise ValueError(f"paths must be a power of two from 16 to {MAX_PATHS}, not {paths}")
+        if window < 64 or window & (window - 1):
+            raise ValueError(f"window must be a power of two >= 64, not {window}")
+        from .rx_parser import N_REASONS
+        self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
+        members = {
+            "s_wr": In(stream.Signature(WorkRequest)),
+            "recv_cpl": Out(stream.Signature(Completion)),
+            "m_axi": Out(Axi4Signature(32, 64, 4)),
+            "globals": In(NicGlobals),
+            "next_hop_mac": In(data.ArrayLayout(48, ports)),
+            "pt_w_en": In(1), "pt_w_addr": In(8), "pt_w_data": In(PathEntry),
+            "pt_st_en": In(1), "pt_st_addr": In(8), "pt_st_state": In(EvState),
+            "seg_w_en": In(1), "seg_w_addr": In(8), "seg_w_data": In(128),
+            "qp_w_en": In(1), "qp_w_addr": In(3), "qp_w_data": In(QpContext),
+            "rxqp_w_en": In(1), "rxqp_w_addr": In(3), "rxqp_w_data": In(RxQpContext),
+            "mr_w_en": In(1), "mr_w_addr": In(2), "mr_w_data": In(MemRegion),
+            "own_usid": In(16), "locator_block": In(32), "own_ip": In(128), "trim_dscp": In(6),
+            "ack_every": In(8), "ack_timeout": In(16),
+            "avoid": In(paths),
+            "wr_refused": Out(32), "no_path": Out(1),
+            "data_frames": Out(32), "ack_frames": Out(32), "acks_received": Out(32),
+            "placed_bytes": Out(32), "duplicates": Out(32), "out_of_window": Out(32),
+            "acks_sent": Out(32), "accepted": Out(32),
+            "rel_w_en": In(1), "rel_w_addr": In(3), "rel_w_data": In(RelQpConfig),
+            "send_cpl": Out(stream.Signature(Completion)),
+            "ev_event": Out(stream.Signature(EvEvent)),
+            "retransmits": Out(32), "timeouts": Out(32), "trim_nacks": Out(32),
+            "ecn_echoes": Out(32), "clean_acks": Out(32), "probes_sent": Out(32),
+            "probe_replies": Out(32), "ev_events": Out(32),
+            "cwnd": Out(data.ArrayLayout(32, qps)),
+        }
+        for i in range(ports):
+            members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
+            members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
+            members[f"drops_p{i}"] = Out(data.ArrayLayout(32, N_REASONS))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.ports
+        m.submodules.tx = tx = TxPipeline(ports=n, paths=self.paths, reliability=True)
+        m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
+                                                   paths=self.paths)
+        m.submodules.probe_table = probe_table = PathTable(self.paths)
+        m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window)
+        m.submodules.ack_spray = ack_spray = SprayScheduler(depth=self.paths)
+
+        # EV state updates: the controller's (pt_st_*) win; otherwise sender
+        # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).
+        # Every copy of the path table gets the same update.
+        st_en, st_addr, st_state = Signal(), Signal(8), Signal(EvState)
+        with m.If(self.pt_st_en):
+            m.d.comb += [st_en.eq(1), st_addr.eq(self.pt_st_addr), st_state.eq(self.pt_st_state)]
+        with m.Else():
+            m.d.comb += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
+        m.d.comb += [
+            probe_table.w_en.eq(self.pt_w_en), probe_table.w_addr.eq(self.pt_w_addr),
+            probe_table.w_data.eq(self.pt_w_data),
+            probe_table.st_en.eq(st_en), probe_table.st_addr.eq(st_addr),
+            probe_table.st_state.eq(st_state),
+        ]
+
+        # ---- transmit pipeline ------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.s_wr), tx.s_wr)
+        m.d.comb += [
+            tx.globals.eq(self.globals), tx.next_hop_mac.eq(self.next_hop_mac),
+            tx.pt_w_en.eq(self.pt_w_en), tx.pt_w_addr.eq(self.pt_w_addr),
+            tx.pt_w_data.eq(self.pt_w_data),
+            tx.pt_st_en.eq(st_en), tx.pt_st_addr.eq(st_addr), tx.pt_st_state.eq(st_state),
+            tx.seg_w_en.eq(self.seg_w_en), tx.seg_w_addr.eq(self.seg_w_addr),
+            tx.seg_w_data.eq(self.seg_w_data),
+            tx.qp_w_en.eq(self.qp_w_en), tx.qp_w_addr.eq(self.qp_w_addr),
+            tx.qp_w_data.eq(self.qp_w_data),
+            tx.avoid.eq(self.avoid | rel.avoid),
+            self.wr_refused.eq(tx.wr_refused), self.no_path.eq(tx.no_path),
+        ]
+
+        # ---- receive pipeline -------------------------------------------------------------
+        m.d.comb += [
+            rx.own_usid.eq(self.own_usid), rx.locator_block.eq(self.locator_block),
+            rx.own_ip.eq(self.own_ip), rx.trim_dscp.eq(self.trim_dscp),
+            rx.globals.eq(self.globals), rx.next_hop_mac.eq(self.next_hop_mac),
+            rx.ack_every.eq(self.ack_every), rx.ack_timeout.eq(self.ack_timeout),
+            rx.qp_w_en.eq(self.rxqp_w_en), rx.qp_w_addr.eq(self.rxqp_w_addr),
+            rx.qp_w_data.eq(self.rxqp_w_data),
+            # A QP's ACKs go back over the QP's own EV profile (its transmit context).
+            rx.ackq_w_en.eq(self.qp_w_en), rx.ackq_w_addr.eq(self.qp_w_addr),
+            rx.ackq_w_data.eq(self.qp_w_data),
+            rx.mr_w_en.eq(self.mr_w_en), rx.mr_w_addr.eq(self.mr_w_addr),
+            rx.mr_w_data.eq(self.mr_w_data),
+            self.placed_bytes.eq(rx.placed_bytes), self.duplicates.eq(rx.duplicates),
+            self.out_of_window.eq(rx.out_of_window), self.acks_sent.eq(rx.acks_sent),
+            self.accepted.eq(rx.accepted),
+        ]
+        wiring.connect(m, rx.cpl, wiring.flipped(self.recv_cpl))
+        for i in range(n):
+            wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")),
+                           getattr(rx, f"s_axis_p{i}"))
+            m.d.comb += getattr(self, f"drops_p{i}").eq(getattr(rx, f"drops_p{i}"))
+
+        # ---- sender reliability (MRC): SACK/NACK, RTO, EV failover, probes, NSCC -----------
+        self._wire_reliability(m, tx, rx, rel, probe_table)
+
+        # ---- ACK reverse paths: a second spray scheduler fed by the same path-table writes --
+        wiring.connect(m, rx.spray_req, ack_spray.req)
+        wiring.connect(m, ack_spray.decision, rx.spray_decision)
+        m.d.comb += [
+            ack_spray.w_en.eq(self.pt_w_en), ack_spray.w_addr.eq(self.pt_w_addr),
+            ack_spray.w_data.eq(self.pt_w_data),
+            ack_spray.st_en.eq(st_en), ack_spray.st_addr.eq(st_addr),
+            ack_spray.st_state.eq(st_state),
+            ack_spray.avoid.eq(0),
+        ]
+
+        # ---- one AXI4 manager: reads for TX, writes for RX ----------------------------------
+        for sig, sub in ((Axi4ReadSignature(32, 64, 4), tx.m_axi),
+                         (Axi4WriteSignature(32, 64, 4), rx.m_axi)):
+            for name, member in sig.members.items():
+                ours, theirs = getattr(self.m_axi, name), getattr(sub, name)
+                m.d.comb += (ours.eq(theirs) if member.flow == Out else theirs.eq(ours))
+
+        # ---- per plane: data frames and ACK frames onto one port -----------------------------
+        data_count = Signal(32)
+        ack_count = Signal(32)
+        for i in range(n):
+            mux = PlaneMux(inputs=2)
+            m.submodules[f"mux_p{i}"] = mux
+            wiring.connect(m, getattr(tx, f"m_axis_p{i}"), mux.s_axis_0)
+            wiring.connect(m, getattr(rx, f"m_axis_p{i}"), mux.s_axis_1)
+            wiring.connect(m, mux.m_axis, wiring.flipped(getattr(self, f"m_axis_p{i}")))
+        muxes = [getattr(m.submodules, f"mux_p{i}") for i in range(n)]
+        m.d.comb += [
+            data_count.eq(sum(mx.frames_0 for mx in muxes)),
+            ack_count.eq(sum(mx.frames_1 for mx in muxes)),
+            self.data_frames.eq(data_count), self.ack_frames.eq(ack_count),
+        ]
+        return m
+
+    def _wire_reliability(self, m, tx, rx, rel, probe_table):
+        """Join :class:`SenderReliability` to the pipelines (MRC sender side).
+
+        * the segmenter's SentInfo tap feeds it; its RetxReq go back to the segmenter;
+        * received ACK/SACK/NACK/probe replies (``rx.ack_rx``) feed it;
+        * its per-QP window gate (``tx_ok``) and oldest unacked PSN (``una``)
+          drive the segmenter; QPs beyond ``qps`` stay closed;
+        * its ``avoid`` mask is ORed into the transmit scheduler's (ECN steering);
+        * each ProbeReq reads its entry from ``probe_table`` (a third copy of
+          the path table, written like the others) and goes to the ACK
+          generator as a probe frame;
+        * EV events and send completions leave the NIC.
+        """
+        wiring.connect(m, tx.sent, rel.sent)
+        wiring.connect(m, rel.retx, tx.retx)
+        wiring.connect(m, rx.ack_rx, rel.ack)
+        wiring.connect(m, rel.event, wiring.flipped(self.ev_event))
+        wiring.connect(m, rel.send_cpl, wiring.flipped(self.send_cpl))
+        m.d.comb += [
+            tx.tx_ok.eq(rel.tx_ok),
+            rel.eligible.eq(tx.eligible),
+            rel.cfg_w_en.eq(self.rel_w_en), rel.cfg_w_addr.eq(self.rel_w_addr),
+            rel.cfg_w_data.eq(self.rel_w_data),
+            rel.recycle.ready.eq(1),
+            self.cwnd.eq(rel.cwnd),
+            self.retransmits.eq(tx.retransmits), self.timeouts.eq(rel.timeouts),
+            self.trim_nacks.eq(rel.trim_nacks), self.ecn_echoes.eq(rel.ecn_echoes),
+            self.clean_acks.eq(rel.clean_acks), self.probe_replies.eq(rel.probe_replies),
+            self.ev_events.eq(rel.ev_events), self.probes_sent.eq(rx.probes_sent),
+        ]
+        for q in range(self.qps):
+            m.d.comb += tx.una[q].eq(rel.una[q])
+        with m.If(rx.ack_rx.valid & rx.ack_rx.ready):
+            m.d.sync += self.acks_received.eq(self.acks_received + 1)
+
+        # Probe path: ProbeReq -> read the entry (one cycle) -> ProbeFrameReq.
+        req = Signal(ProbeReq)
+        pending = Signal()
+        out = Signal(ProbeFrameReq)
+        out_valid = Signal()
+        m.d.comb += [
+            rel.probe.ready.eq(~pending & ~out_valid),
+            probe_table.rd_en.eq(rel.probe.valid & rel.probe.ready),
+            probe_table.rd_addr.eq(rel.probe.payload.index),
+            rx.probe.payload.eq(out), rx.probe.valid.eq(out_valid),
+        ]
+        with m.If(rel.probe.valid & rel.probe.ready):
+            m.d.sync += [req.eq(rel.probe.payload), pending.eq(1)]
+        with m.If(pending):
+            m.d.sync += [
+                out.qp.eq(req.qp), out.probe_id.eq(req.index), out.ts.eq(req.ts),
+                out.entry.eq(probe_table.rd_data), out_valid.eq(1), pending.eq(0),
+            ]
+        with m.If(rx.probe.valid & rx.probe.ready):
+            m.d.sync += out_valid.eq(0)
