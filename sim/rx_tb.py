@@ -43,7 +43,7 @@ class RxHarness(wiring.Component):
         self._ports = ports
         self._rx = RxPipeline(ports=ports)
         members = {name: member for name, member in self._rx.signature.members.items()
-                   if name not in ("spray_req", "spray_decision")}
+                   if name not in ("spray_req", "spray_decision", "probe")}
         members.update({"pt_w_en": In(1), "pt_w_addr": In(8), "pt_w_data": In(PathEntry)})
         super().__init__(members)
 
@@ -53,10 +53,11 @@ class RxHarness(wiring.Component):
         m.submodules.spray = spray = SprayScheduler()
         wiring.connect(m, rx.spray_req, spray.req)
         wiring.connect(m, spray.decision, rx.spray_decision)
+        m.d.comb += rx.probe.valid.eq(0)          # no sender side here: no probes to send
         m.d.comb += [spray.w_en.eq(self.pt_w_en), spray.w_addr.eq(self.pt_w_addr),
                      spray.w_data.eq(self.pt_w_data), spray.st_en.eq(0), spray.avoid.eq(0)]
         for name, member in self.signature.members.items():
-            if name.startswith("pt_w_"):
+            if name.startswith("pt_w_") or name == "probe":
                 continue
             ours, theirs = getattr(self, name), getattr(rx, name)
             if member.is_port and member.flow == In:
@@ -294,6 +295,12 @@ if cocotb is not None:
                 before, acc_before = tb.drops(), int(dut.accepted.value)
                 await tb.sources[plane % ports].send(frame)
                 await settle()
+                # Wait for the verdict, then for the writes and completion it causes.
+                for _ in range(2000):
+                    if int(dut.accepted.value) != acc_before or tb.drops() != before:
+                        break
+                    await RisingEdge(dut.clk)
+                await ClockCycles(dut.clk, 200)
                 after, acc_after = tb.drops(), int(dut.accepted.value)
                 moved = [k for k in after if after[k] != before[k]]
                 verdicts.append("accepted" if acc_after > acc_before else
