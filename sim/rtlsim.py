@@ -22,18 +22,44 @@ from pathlib import Path
 __all__ = ["run_rtl", "tb_param", "write_verilog"]
 
 
-def write_verilog(component, name: str, build_dir: Path) -> Path:
+def _rtl_digest(component) -> str:
+    """Hash of every ``rtl/`` source file and of the file defining ``component``'s class.
+
+    A cached Verilog is valid while they are unchanged.
+    """
+    import hashlib
+    import inspect
+
+    h = hashlib.sha256()
+    files = sorted((Path(__file__).resolve().parents[1] / "rtl").glob("*.py"))
+    files.append(Path(inspect.getfile(type(component))))
+    for f in files:
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def write_verilog(component, name: str, build_dir: Path, cache_key: str | None = None) -> Path:
     """Convert ``component`` to Verilog as module ``name`` into ``build_dir``; return the file.
 
     By default the design is flattened and optimised for simulation speed
     (:func:`_to_sim_verilog`); ``MRCNIC_YOSYS_OPT=0`` keeps Amaranth's own
-    Verilog with its hierarchy.
+    Verilog with its hierarchy.  With a ``cache_key`` (naming the component
+    and its parameters), the Verilog is kept in ``~/.cache/mrcnic`` (or
+    ``$MRCNIC_CACHE``) and reused while the ``rtl/`` sources are unchanged.
     """
     from amaranth.back import rtlil, verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{name}.v"
-    if os.environ.get("MRCNIC_YOSYS_OPT", "1") != "0":
+    opt = os.environ.get("MRCNIC_YOSYS_OPT", "1") != "0"
+    cached = None
+    if cache_key:
+        cache_dir = Path(os.environ.get("MRCNIC_CACHE", Path.home() / ".cache" / "mrcnic"))
+        cached = cache_dir / f"{cache_key}-{name}-{int(opt)}-{_rtl_digest(component)}.v"
+        if cached.exists():
+            shutil.copyfile(cached, path)
+            return path
+    if opt:
         text = _to_sim_verilog(rtlil.convert(component, name=name, emit_src=False))
     else:
         text = verilog.convert(component, name=name, emit_src=False)
@@ -44,6 +70,11 @@ def write_verilog(component, name: str, build_dir: Path) -> Path:
     text = re.sub(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;",
                   lambda m: f"reg {m.group(1)};\n  initial #0 {m.group(1)} = 1'b0;", text)
     path.write_text(text)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, cached)          # atomic: parallel workers never read a partial file
     return path
 
 
@@ -81,6 +112,7 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     env : values passed to the testbench (``MRCNIC_<KEY>`` = JSON).
     testcase : run only this cocotb test.
     waves : dump an FST waveform (``<build_dir>/<toplevel>.fst``).
+    cache_key : reuse the Verilog of an identical earlier build (see :func:`write_verilog`).
     sources : further Verilog files to build with it (modules the component instantiates).
 
     Returns the results XML path.  When any cocotb test failed this raises:
@@ -93,7 +125,7 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     build_dir = Path(build_dir).resolve()
     if fresh and build_dir.exists():
         shutil.rmtree(build_dir)
-    src = write_verilog(component, toplevel, build_dir)
+    src = write_verilog(component, toplevel, build_dir, cache_key)
     runner = get_runner("icarus")
     runner.build(sources=[src, *map(str, sources)], hdl_toplevel=toplevel, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, always=True,

@@ -122,7 +122,7 @@ def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
         verdicts=job.verdicts, gap=job.gap, max_cycles=job.max_cycles, ports=ports)))
     run_rtl(RxHarness(ports=ports), toplevel="mrcnic_rx", test_module="mrcnic.sim.rx_tb",
             build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
-            waves=waves, quiet=True)
+            waves=waves, quiet=True, cache_key=f"rx-p{ports}")
     r = json.loads(out_file.read_text())
     return RxResult(verdicts=r["verdicts"], cpl_counts=r["cpl_counts"], writes={int(k): v for k, v in r["writes"].items()},
                     memory=bytes.fromhex(r["memory"]), completions=r["completions"],

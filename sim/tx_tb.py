@@ -81,7 +81,7 @@ def run_tx(job: TxJob, build_dir=None, waves: bool = False, ports: int | None = 
                                         max_cycles=job.max_cycles, ports=n_ports)))
     run_rtl(TxPipeline(ports=n_ports), toplevel="mrcnic_tx", test_module="mrcnic.sim.tx_tb",
             build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
-            waves=waves, quiet=True)
+            waves=waves, quiet=True, cache_key=f"tx-p{n_ports}")
     res = json.loads(out_file.read_text())
     return TxResult(frames=[(p, bytes.fromhex(f), a, b) for p, f, a, b in res["frames"]],
                     beats=res["beats"], cycles=res["cycles"], wr_refused=res["wr_refused"],
