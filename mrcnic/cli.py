@@ -124,6 +124,50 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
         click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.option("--scenario", default="default", show_default=True,
+              help="Built-in scenario: default, clean, plane-down, link-flap, trim-incast, ecn.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the report as JSON.")
+@click.option("--pcap", type=click.Path(dir_okay=False), default=None,
+              help="Write every frame on the host links (both directions) as a pcap.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG of the per-plane throughput over time, failures marked.")
+@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")
+@click.option("--size", type=INT, default=None,
+              help="Bytes per RDMA WRITE (default: the scenario's).")
+@click.option("--build-dir", type=click.Path(file_okay=False), default=None,
+              help="Build and run directory (default: a new temporary one).")
+def sim(scenario, json_path, pcap, plot, waves, size, build_dir):
+    """Run RTL NICs (cocotb + Icarus) across the fabric model on a scenario."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.cosim import run_cosim
+    from .sim.report import summary_rows
+    from .sim.scenarios import scenario_names
+
+    if scenario not in scenario_names():
+        _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
+    try:
+        report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
+                           waves=waves, build_dir=build_dir, progress=True)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    table = Table(title=f"mrcnic sim {scenario}: {report['description']}")
+    table.add_column("")
+    table.add_column("", justify="right")
+    for name, value in summary_rows(report):
+        table.add_row(name, value)
+    Console().print(table)
+    for path in (json_path, pcap, plot, report.get("waves")):
+        if path:
+            click.echo(f"wrote {path}")
+    if report["bytes_mismatched"] or not report["complete"]:
+        click.secho("transfer incomplete or corrupted", fg="red", err=True)
+        sys.exit(1)
+
+
 @main.group()
 def bench():
     """Cycle-accurate throughput benchmarks (beats / cycles)."""
@@ -185,6 +229,77 @@ def _print_bench(console, name, rows):
         table.add_row(str(r["payload"]), "yes" if r.get("srh") else "no", str(r["frame_bytes"]),
                       str(r["frames"]), str(r["beats"]), str(r["cycles"]), f"{r['efficiency']:.3f}")
     console.print(table)
+
+
+@main.command()
+@click.option("--board", required=True, help="Board: colorlight (5A-75B v7.0) or versa (ECP5 Versa).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the build summary (board, device, fmax_mhz, ...) as JSON.")
+@click.option("--build-dir", type=click.Path(file_okay=False), default="build", show_default=True,
+              help="Build directory (the board's files go to BUILD_DIR/BOARD).")
+@click.option("--seed", type=int, default=1, show_default=True, help="nextpnr placement seed.")
+def build(board, json_path, build_dir, seed):
+    """Build a board's bitstream with YoWASP Yosys / nextpnr-ecp5 / ecppack.
+
+    Exits 1 when timing is not met (the bitstream and the numbers are still written).
+    """
+    import json
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .boards.build import BOARDS, BuildError, build_board
+
+    if board not in BOARDS:
+        _fail(f"unknown board {board!r} (known: {', '.join(sorted(BOARDS))})")
+    console = Console()
+    labels = {"elaborate": "elaborating (Amaranth)", "synth": "synthesis (Yosys)",
+              "pnr": "place and route (nextpnr-ecp5)", "pack": "bitstream (ecppack)"}
+    status = console.status("starting")
+    status.start()
+    started = {}
+
+    def progress(step, state, seconds):
+        if state == "start":
+            started[step] = time.monotonic()
+            status.update(f"{labels.get(step, step)}...")
+        elif state == "failed":
+            console.print(f"[red]failed[/red] {labels.get(step, step)} after {seconds:.0f} s")
+        else:
+            console.print(f"[green]done[/green] {labels.get(step, step)} in {seconds:.0f} s")
+    try:
+        summary = build_board(board, build_dir, progress=progress, seed=seed)
+    except (BuildError, ValueError, OSError) as exc:
+        status.stop()
+        _fail(str(exc))
+    status.stop()
+    table = Table(title=f"mrcnic build {board} ({summary['device']})")
+    table.add_column("")
+    table.add_column("", justify="right")
+    util = summary["utilisation"]
+
+    def of(bel, value):
+        avail = util.get(bel, {}).get("available")
+        return f"{value} / {avail}" if avail else str(value)
+    table.add_row("Fmax (MHz)", f"{summary['fmax_mhz']} (target {summary['target_mhz']})")
+    for net, c in summary["clocks"].items():
+        table.add_row(f"  {net}", f"{c['fmax_mhz']} / {c['target_mhz']}")
+    table.add_row("LUT4", of("TRELLIS_COMB", summary["luts"]))
+    table.add_row("FF", of("TRELLIS_FF", summary["ffs"]))
+    table.add_row("EBR (DP16KD)", of("DP16KD", summary["ebrs"]))
+    table.add_row("timing", "met" if summary["timing_met"] else "NOT met")
+    if summary.get("error"):
+        table.add_row("error", summary["error"])
+    table.add_row("bitstream", str(summary["bitstream"]))
+    console.print(table)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(summary, fh, indent=2)
+        click.echo(f"wrote {json_path}")
+    if not summary["timing_met"]:
+        click.secho("timing not met", fg="red", err=True)
+        sys.exit(1)
 
 
 from .fw.cli import fw as _fw  # noqa: E402  (the `mrcnic fw` group, fw/cli.py)

@@ -1,0 +1,728 @@
+"""Shared board-top logic: one two-plane :class:`~mrcnic.rtl.nic.MRCNic` with its MACs, memory and control port.
+
+Every ECP5 board top (``boards/colorlight.py``, ``boards/versa.py``) is this
+:class:`NicBoardTop` plus the board's clocking and pins::
+
+    UART pins ──► UartAxilBridge ──(AXI4-Lite 16/32)──► AxilSplit ─┬─► CsrBank ──► table shadows ──► MRCNic config ports
+                                                                   └─► BoardRegs ──┬─► s_wr (work requests), recv_cpl FIFO
+                                                                                   ├─► MAC / NIC counters, board status
+                                                                                   └─► HostMemory word window (0x8000..)
+    MRCNic.m_axi (AXI4 64-bit) ──► HostMemory (block RAM, AXI4 subordinate)
+    MRCNic.m_axis_p<i> ──(PORT_ADMIN gate)──► EthMac i ──► RgmiiDdrIo i ──► RGMII pins of PHY i
+    RGMII pins ──► RgmiiDdrIo i ──► EthMac i ──► MRCNic.s_axis_p<i>
+
+Clock domains: ``sync`` (the NIC core, 125 MHz from the board PLL), ``eth_tx``
+(the RGMII transmit clock: the same PLL output, a separate domain name because
+:class:`~mrcnic.rtl.eth_mac.EthMac` keeps its MII side in its own domain) and
+``eth<i>_rx`` (RXC of PHY i, 125 MHz, asynchronous; the MAC's FIFOs cross it).
+
+The board register window (``BoardRegs``, AXI4-Lite offsets ``0x0800..0x08FF``)
+holds what the register map (``mrcnic.regmap``) does not describe yet: posting
+work requests, popping receive completions, the MAC frame counters and the
+host-memory window; see ``docs/boards.md``.  Register-map features the NIC core
+has no port for yet are tied off (listed in :data:`TIED_OFF`).
+"""
+
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal
+from amaranth.lib import data, fifo, io, wiring
+from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..regmap import build_regmap
+from ..rtl.axi import Axi4LiteSignature, Axi4Signature
+from ..rtl.axis import AxiStreamSignature
+from ..rtl.csr import CsrBank
+from ..rtl.eth_mac import EthMac
+from ..rtl.layouts import Completion, PathEntry, WorkRequest
+from ..rtl.rgmii import RgmiiDdrIo
+from ..rtl.uart_bridge import UartAxilBridge
+
+__all__ = ["HostMemory", "AxilSplit", "BoardRegs", "PortAdminGate", "NicBoardTop",
+           "BOARD_BASE", "HOSTMEM_BASE", "BOARD_REGS", "TIED_OFF"]
+
+OKAY, SLVERR = 0, 2
+BOARD_BASE = 0x0800     #: AXI4-Lite offset of :class:`BoardRegs`
+HOSTMEM_BASE = 0x8000   #: AXI4-Lite offset of the host-memory word window
+
+#: Board registers (offset -> (name, access, meaning)); documented in docs/boards.md.
+BOARD_REGS = {
+    0x0800: ("BOARD_MAGIC", "RO", "ASCII \"BRD1\" (0x42524431)"),
+    0x0804: ("BOARD_STATUS", "RO", "bit 0 PLL locked, bits 2:1 RX clock present (port 0, 1), "
+                                   "bit 8 work request pending, bits 31:16 completions queued"),
+    0x0808: ("WR_POST", "CMD", "write: post the WorkRequest in WR_DATA0..6 to the NIC"),
+    0x080C: ("HOSTMEM_WORDS", "RO", "host memory size in 32-bit words"),
+    **{0x0810 + 4 * i: (f"WR_DATA{i}", "RW", f"WorkRequest bits {32 * i + 31}:{32 * i}")
+       for i in range(7)},
+    0x0830: ("CPL_DATA0", "RO", "head receive Completion bits 31:0 (0 when none)"),
+    0x0834: ("CPL_DATA1", "RO", "head Completion bits 59:32, bit 31 = valid; reading pops it"),
+    **{0x0840 + 0x20 * p + 4 * i: (f"MAC{p}_{n.upper()}", "RO", f"EthMac {p} {n} (wraps)")
+       for p in range(2) for i, n in enumerate(
+           ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
+            "rx_fifo_overflow"))},
+    0x0880: ("NIC_DATA_FRAMES", "RO", "data frames sent, all planes"),
+    0x0884: ("NIC_ACK_FRAMES", "RO", "ACK frames sent, all planes"),
+    0x0888: ("NIC_ACKS_RECEIVED", "RO", "ACK/SACK/NACK frames received"),
+    0x088C: ("NIC_PLACED_BYTES", "RO", "payload bytes written to host memory"),
+    0x0890: ("NIC_NO_PATH", "RO", "bit 0: the current work request has no eligible EV"),
+}
+
+#: Register-map features with no NIC-core port yet: tied off in :class:`NicBoardTop`.
+TIED_OFF = (
+    "cc table (NSCC profiles): stored in a shadow for read-back, not applied (no NSCC in MRCNic)",
+    "evcnt table: reads 0 (no per-EV counters in MRCNic)",
+    "EV_PROBE_*: read 0, EV_PROBE_REQ ignored; EV_EVENT_COUNT reads 0/1 (head valid)",
+    "MRCNic rel_w_* (per-QP reliability config, RelQpConfig): no register-map table, tied 0",
+    "MRCNic send_cpl: consumed and dropped (no register for send completions yet)",
+    "RX_NACKS, TX_RD_ERRORS: read 0",
+    "IRQ_STATUS probe_reply / rx_drop: never set; no irq pin",
+    "MRCNic.avoid: 0",
+)
+
+
+class HostMemory(wiring.Component):
+    """Block-RAM host memory: an AXI4 subordinate (64-bit) plus a 32-bit word window.
+
+    Parameters
+    ----------
+    size : int
+        Bytes, a power of two from 2 KiB to 64 KiB (``size / 8`` 64-bit words of EBR).
+
+    Attributes
+    ----------
+    s_axi : In(Axi4Signature(32, 64, 4))
+        AXI4 subordinate, INCR bursts of 8-byte beats (``*size`` ignored).  Reads
+        return one beat per clock (``rvalid`` one cycle after the burst starts,
+        ``rready`` backpressure holds the beat); writes take one beat per clock,
+        honour ``wstrb`` and answer once per burst.  A beat whose address is
+        beyond ``size`` is not written, reads 0 and makes the response SLVERR
+        (``rresp`` of that beat, ``bresp`` of the burst).  Address bits 2:0 are
+        ignored.  One read burst and one write burst at a time.
+    win_addr : In(range(size // 4))
+        Word window address (32-bit word index).
+    win_we, win_re : In(1)
+        Window write / read request, held until ``win_done``.
+    win_wdata : In(32), win_rdata : Out(32)
+        Window data; ``win_rdata`` is valid in the cycle of ``win_done``.
+    win_done : Out(1)
+        One-cycle pulse: the window access is done.  The window borrows the read
+        or write port while the AXI4 side is between bursts (it waits at most one
+        burst; new AXI4 bursts are held off while a window request waits).
+    """
+
+    def __init__(self, size: int = 16384):
+        if size < 2048 or size > 65536 or size & (size - 1):
+            raise ValueError(f"size must be a power of two from 2048 to 65536 bytes, not {size}")
+        self.size = size
+        self.words = size // 8
+        super().__init__({
+            "s_axi": In(Axi4Signature(32, 64, 4)),
+            "win_addr": In(range(size // 4)), "win_we": In(1), "win_re": In(1),
+            "win_wdata": In(32), "win_rdata": Out(32), "win_done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a = self.s_axi
+        aw = (self.words - 1).bit_length()
+        m.submodules.mem = mem = Memory(shape=64, depth=self.words, init=[])
+        wp = mem.write_port(granularity=8)
+        rp = mem.read_port(transparent_for=())
+
+        def in_range(byte_addr):
+            return byte_addr[3 + aw:] == 0
+
+        # ---- read engine -----------------------------------------------------------------
+        r_busy, r_addr, r_cnt, r_err = Signal(), Signal(32), Signal(8), Signal()
+        win_rd_pending = Signal()
+        r_next = ~a.rvalid | a.rready
+        m.d.comb += [
+            a.arready.eq(~r_busy & ~self.win_re),
+            rp.addr.eq(r_addr[3:3 + aw]),
+            rp.en.eq(r_next | win_rd_pending | self.win_re),
+            a.rdata.eq(Mux(r_err, 0, rp.data)),
+        ]
+        with m.If(r_next):
+            m.d.sync += a.rvalid.eq(0)
+            with m.If(r_busy):
+                m.d.sync += [a.rvalid.eq(1), a.rlast.eq(r_cnt == 0),
+                             a.rresp.eq(Mux(in_range(r_addr), OKAY, SLVERR)),
+                             r_err.eq(~in_range(r_addr)),
+                             r_addr.eq(r_addr + 8), r_cnt.eq(r_cnt - 1)]
+                with m.If(r_cnt == 0):
+                    m.d.sync += r_busy.eq(0)
+        with m.If(a.arvalid & a.arready):
+            m.d.sync += [r_busy.eq(1), r_addr.eq(a.araddr), r_cnt.eq(a.arlen), a.rid.eq(a.arid)]
+        # the window read: only while the engine is idle and its output register is empty
+        win_sel_hi = Signal()
+        m.d.sync += win_rd_pending.eq(0)
+        with m.If(self.win_re & ~r_busy & ~a.rvalid & ~win_rd_pending & ~self.win_done):
+            m.d.comb += rp.addr.eq(self.win_addr[1:])
+            m.d.sync += [win_rd_pending.eq(1), win_sel_hi.eq(self.win_addr[0])]
+
+        # ---- write engine ----------------------------------------------------------------
+        w_busy, w_addr, w_err = Signal(), Signal(32), Signal()
+        m.d.comb += [
+            a.awready.eq(~w_busy & ~a.bvalid & ~self.win_we),
+            a.wready.eq(w_busy),
+            wp.addr.eq(w_addr[3:3 + aw]),
+            wp.data.eq(a.wdata),
+        ]
+        with m.If(a.awvalid & a.awready):
+            m.d.sync += [w_busy.eq(1), w_addr.eq(a.awaddr), w_err.eq(0), a.bid.eq(a.awid)]
+        with m.If(a.wvalid & a.wready):
+            with m.If(in_range(w_addr)):
+                m.d.comb += wp.en.eq(a.wstrb)
+            m.d.sync += [w_addr.eq(w_addr + 8), w_err.eq(w_err | ~in_range(w_addr))]
+            with m.If(a.wlast):
+                m.d.sync += [w_busy.eq(0), a.bvalid.eq(1),
+                             a.bresp.eq(Mux(w_err | ~in_range(w_addr), SLVERR, OKAY))]
+        with m.If(a.bvalid & a.bready):
+            m.d.sync += a.bvalid.eq(0)
+
+        # ---- window ------------------------------------------------------------------------
+        m.d.sync += self.win_done.eq(0)
+        with m.If(win_rd_pending):
+            m.d.sync += [self.win_done.eq(1),
+                         self.win_rdata.eq(Mux(win_sel_hi, rp.data[32:], rp.data[:32]))]
+        with m.Elif(self.win_we & ~w_busy & ~a.bvalid & ~self.win_done):
+            m.d.comb += [wp.addr.eq(self.win_addr[1:]),
+                         wp.data.eq(Cat(self.win_wdata, self.win_wdata)),
+                         wp.en.eq(Mux(self.win_addr[0], 0xF0, 0x0F))]
+            m.d.sync += self.win_done.eq(1)
+        return m
+
+
+class AxilSplit(wiring.Component):
+    """AXI4-Lite 1-to-2 split by address: ``m0`` below ``BOARD_BASE``, ``m1`` from it on.
+
+    Attributes
+    ----------
+    s_axil : In(Axi4LiteSignature(16, 32))
+        From the UART bridge (one transaction at a time; AW and W held together).
+    m0_axil, m1_axil : Out(Axi4LiteSignature(16, 32))
+        The CSR bank (offsets ``0x0000..0x07FF``) and the board registers (``0x0800..``).
+
+    The write target is chosen from ``awaddr`` and kept until the B handshake; the
+    read target from ``araddr`` until the R handshake.  Zero latency.
+    """
+
+    def __init__(self):
+        super().__init__({"s_axil": In(Axi4LiteSignature(16, 32)),
+                          "m0_axil": Out(Axi4LiteSignature(16, 32)),
+                          "m1_axil": Out(Axi4LiteSignature(16, 32))})
+
+    def elaborate(self, platform):
+        m = Module()
+        s, m0, m1 = self.s_axil, self.m0_axil, self.m1_axil
+        w_hold, w_sel = Signal(), Signal()
+        r_hold, r_sel = Signal(), Signal()
+        w_now = Mux(w_hold, w_sel, s.awaddr >= BOARD_BASE)
+        r_now = Mux(r_hold, r_sel, s.araddr >= BOARD_BASE)
+        with m.If(s.awvalid & ~w_hold):
+            m.d.sync += [w_hold.eq(1), w_sel.eq(s.awaddr >= BOARD_BASE)]
+        with m.If(s.bvalid & s.bready):
+            m.d.sync += w_hold.eq(0)
+        with m.If(s.arvalid & ~r_hold):
+            m.d.sync += [r_hold.eq(1), r_sel.eq(s.araddr >= BOARD_BASE)]
+        with m.If(s.rvalid & s.rready):
+            m.d.sync += r_hold.eq(0)
+        for i, sub in enumerate((m0, m1)):
+            wsel = w_now == i
+            rsel = r_now == i
+            m.d.comb += [
+                sub.awaddr.eq(s.awaddr), sub.awprot.eq(s.awprot), sub.awvalid.eq(s.awvalid & wsel),
+                sub.wdata.eq(s.wdata), sub.wstrb.eq(s.wstrb), sub.wvalid.eq(s.wvalid & wsel),
+                sub.bready.eq(s.bready & wsel),
+                sub.araddr.eq(s.araddr), sub.arprot.eq(s.arprot), sub.arvalid.eq(s.arvalid & rsel),
+                sub.rready.eq(s.rready & rsel),
+            ]
+        m.d.comb += [
+            s.awready.eq(Mux(w_now, m1.awready, m0.awready)),
+            s.wready.eq(Mux(w_now, m1.wready, m0.wready)),
+            s.bvalid.eq(Mux(w_now, m1.bvalid, m0.bvalid)),
+            s.bresp.eq(Mux(w_now, m1.bresp, m0.bresp)),
+            s.arready.eq(Mux(r_now, m1.arready, m0.arready)),
+            s.rvalid.eq(Mux(r_now, m1.rvalid, m0.rvalid)),
+            s.rdata.eq(Mux(r_now, m1.rdata, m0.rdata)),
+            s.rresp.eq(Mux(r_now, m1.rresp, m0.rresp)),
+        ]
+        return m
+
+
+class BoardRegs(wiring.Component):
+    """Board registers (:data:`BOARD_REGS`) and the host-memory word window, AXI4-Lite subordinate.
+
+    Attributes
+    ----------
+    s_axil : In(Axi4LiteSignature(16, 32))
+        Offsets ``0x0800..0x08FF`` (registers) and ``0x8000..`` (host memory, 32-bit
+        words).  Unknown offsets answer SLVERR.  One transaction at a time; AW and W
+        are taken together; ``bvalid``/``rvalid`` follow 1-2 cycles later (host
+        memory: when the window access is done).
+    m_wr : Out(stream.Signature(WorkRequest))
+        ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
+    s_cpl : In(stream.Signature(Completion))
+        Receive completions into a 16-entry FIFO, popped by reading ``CPL_DATA1``.
+    counters : In(ArrayLayout(32, 14))
+        MAC 0 then MAC 1 frame counters, in ``BOARD_REGS`` order.
+    nic_stats : In(ArrayLayout(32, 5))
+        ``NIC_DATA_FRAMES`` .. ``NIC_NO_PATH``.
+    status : In(3)
+        PLL locked, RX clock 0 present, RX clock 1 present.
+    win_* : to :class:`HostMemory`'s window.
+    """
+
+    def __init__(self, hostmem_words: int):
+        from amaranth.lib import stream
+        self.hostmem_words = hostmem_words
+        super().__init__({
+            "s_axil": In(Axi4LiteSignature(16, 32)),
+            "m_wr": Out(stream.Signature(WorkRequest)),
+            "s_cpl": In(stream.Signature(Completion)),
+            "counters": In(data.ArrayLayout(32, 14)),
+            "nic_stats": In(data.ArrayLayout(32, 5)),
+            "status": In(3),
+            "win_addr": Out(range(hostmem_words)), "win_we": Out(1), "win_re": Out(1),
+            "win_wdata": Out(32), "win_rdata": In(32), "win_done": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        s = self.s_axil
+        m.submodules.cpl_fifo = cf = fifo.SyncFIFOBuffered(width=Completion.as_shape().size,
+                                                           depth=16)
+        m.d.comb += [cf.w_data.eq(self.s_cpl.payload.as_value()), cf.w_en.eq(self.s_cpl.valid),
+                     self.s_cpl.ready.eq(cf.w_rdy)]
+        wr_words = Signal(data.ArrayLayout(32, 7))
+        m.d.comb += self.m_wr.payload.eq(wr_words.as_value()[:WorkRequest.as_shape().size])
+        with m.If(self.m_wr.valid & self.m_wr.ready):
+            m.d.sync += self.m_wr.valid.eq(0)
+
+        is_mem_w = s.awaddr >= HOSTMEM_BASE
+        is_mem_r = s.araddr >= HOSTMEM_BASE
+        mem_w_idx = (s.awaddr - HOSTMEM_BASE)[2:]
+        mem_r_idx = (s.araddr - HOSTMEM_BASE)[2:]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(s.awvalid & s.wvalid):
+                    m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
+                    m.d.sync += s.bresp.eq(OKAY)
+                    with m.If(is_mem_w):
+                        with m.If(mem_w_idx < self.hostmem_words):
+                            m.d.sync += [self.win_addr.eq(mem_w_idx), self.win_wdata.eq(s.wdata),
+                                         self.win_we.eq(1)]
+                            m.next = "MEM"
+                        with m.Else():
+                            m.d.sync += [s.bresp.eq(SLVERR), s.bvalid.eq(1)]
+                            m.next = "B"
+                    with m.Else():
+                        m.d.sync += s.bvalid.eq(1)
+                        m.next = "B"
+                        with m.Switch(s.awaddr[2:12]):
+                            with m.Case(0x808 >> 2):
+                                with m.If(self.m_wr.valid):
+                                    m.d.sync += s.bresp.eq(SLVERR)   # previous one not taken
+                                with m.Else():
+                                    m.d.sync += self.m_wr.valid.eq(1)
+                            for i in range(7):
+                                with m.Case((0x810 >> 2) + i):
+                                    m.d.sync += wr_words[i].eq(s.wdata)
+                            with m.Default():
+                                m.d.sync += s.bresp.eq(SLVERR)
+                with m.Elif(s.arvalid):
+                    m.d.comb += s.arready.eq(1)
+                    m.d.sync += [s.rresp.eq(OKAY), s.rdata.eq(0)]
+                    with m.If(is_mem_r):
+                        with m.If(mem_r_idx < self.hostmem_words):
+                            m.d.sync += [self.win_addr.eq(mem_r_idx), self.win_re.eq(1)]
+                            m.next = "MEM"
+                        with m.Else():
+                            m.d.sync += [s.rresp.eq(SLVERR), s.rvalid.eq(1)]
+                            m.next = "R"
+                    with m.Else():
+                        m.d.sync += s.rvalid.eq(1)
+                        m.next = "R"
+                        cpl = Completion(cf.r_data)
+                        regs = {
+                            0x800: Const(0x42524431, 32),
+                            0x804: Cat(self.status, Const(0, 5), self.m_wr.valid, Const(0, 7),
+                                       cf.level),
+                            0x80C: Const(self.hostmem_words, 32),
+                            0x830: Mux(cf.r_rdy, cf.r_data[:32], 0),
+                            0x834: Mux(cf.r_rdy, Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data)
+                                                                       - 1), cf.r_rdy), 0),
+                        }
+                        for i in range(7):
+                            regs[0x810 + 4 * i] = wr_words[i]
+                        for i in range(14):
+                            regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
+                        for i in range(5):
+                            regs[0x880 + 4 * i] = self.nic_stats[i]
+                        del cpl
+                        with m.Switch(s.araddr[2:12]):
+                            for off, value in regs.items():
+                                with m.Case(off >> 2):
+                                    m.d.sync += s.rdata.eq(value)
+                                    if off == 0x834:
+                                        m.d.comb += cf.r_en.eq(1)
+                            with m.Default():
+                                m.d.sync += s.rresp.eq(SLVERR)
+                    m.d.sync += self.win_addr.eq(mem_r_idx)
+            with m.State("MEM"):
+                with m.If(self.win_done):
+                    m.d.sync += [self.win_we.eq(0), self.win_re.eq(0)]
+                    with m.If(self.win_we):
+                        m.d.sync += s.bvalid.eq(1)
+                        m.next = "B"
+                    with m.Else():
+                        m.d.sync += [s.rdata.eq(self.win_rdata), s.rvalid.eq(1)]
+                        m.next = "R"
+            with m.State("B"):
+                with m.If(s.bready):
+                    m.d.sync += s.bvalid.eq(0)
+                    m.next = "IDLE"
+            with m.State("R"):
+                with m.If(s.rready):
+                    m.d.sync += s.rvalid.eq(0)
+                    m.next = "IDLE"
+        return m
+
+
+class PortAdminGate(wiring.Component):
+    """Drops whole frames of a plane that is administratively down (``PORT_ADMIN``).
+
+    Attributes
+    ----------
+    s_axis : In(AxiStreamSignature(64)), m_axis : Out(AxiStreamSignature(64))
+        Frames pass through combinationally (zero latency, ``ready`` passes back).
+    up : In(1)
+        Sampled at each frame's first beat: a frame that starts while ``up`` is low is
+        consumed (``ready`` = 1) and discarded whole; a frame in flight finishes.
+    """
+
+    def __init__(self):
+        super().__init__({"s_axis": In(AxiStreamSignature(64)),
+                          "m_axis": Out(AxiStreamSignature(64)), "up": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        s, o = self.s_axis, self.m_axis
+        mid, passing = Signal(), Signal()
+        pass_now = Mux(mid, passing, self.up)
+        m.d.comb += [o.tdata.eq(s.tdata), o.tkeep.eq(s.tkeep), o.tlast.eq(s.tlast),
+                     o.tvalid.eq(s.tvalid & pass_now),
+                     s.tready.eq(Mux(pass_now, o.tready, 1))]
+        with m.If(s.tvalid & s.tready):
+            m.d.sync += [mid.eq(~s.tlast), passing.eq(pass_now)]
+        return m
+
+
+class NicBoardTop(wiring.Component):
+    """Board top: two-plane NIC core, two RGMII MACs, block-RAM host memory, UART control port.
+
+    A board file subclasses this and implements :meth:`clocking` (the ``sync`` and
+    ``eth_tx`` domains, 125 MHz, and the PLL lock), :meth:`rgmii_pins` and the optional
+    :meth:`leds` / :meth:`phy_reset`.
+
+    Parameters
+    ----------
+    core : str
+        ``"nic"``: :class:`mrcnic.rtl.nic.MRCNic` (ports=2).
+    paths : int
+        Path-table entries of the core's spray schedulers.
+    qps : int
+        QP contexts.
+    hostmem_size : int
+        Host memory in bytes (EBR; 16 KiB = 8 DP16KD).
+    baud : int
+        UART bit rate (8N1) of the control port.
+    clk_hz : int
+        The ``sync`` clock (Hz), for the UART divisor and ``ID_CLOCK_MHZ``.
+
+    The top has no ports (pins come from the platform).
+    """
+
+    ports = 2
+
+    def __init__(self, *, core: str = "nic", paths: int = 256, qps: int = 2,
+                 hostmem_size: int = 16384, baud: int = 115200, clk_hz: int = 125_000_000,
+                 window: int = 256):
+        if core not in ("nic",):
+            raise ValueError(f"core must be 'nic', not {core!r}")
+        if paths not in (16, 32, 64, 128, 256):
+            raise ValueError(f"paths must be 16..256 (power of two), not {paths}")
+        self.core, self.paths, self.qps, self.window = core, paths, qps, window
+        self.hostmem_size, self.baud, self.clk_hz = hostmem_size, baud, clk_hz
+        self.regmap = build_regmap(ports=self.ports, clock_mhz=clk_hz // 1_000_000,
+                                   window=window, regions=4, paths=paths, qps=qps)
+        super().__init__({})
+
+    # ---- board hooks ---------------------------------------------------------------------------
+    def clocking(self, m, platform):
+        """Define ``sync`` and ``eth_tx`` (125 MHz); return the PLL lock signal."""
+        raise NotImplementedError
+
+    def rgmii_pins(self, platform, n):
+        """Pins of RGMII port ``n`` (``tx_clk, tx_ctl, tx_data, rx_clk, rx_ctl, rx_data``), ``dir='-'``."""
+        raise NotImplementedError
+
+    def uart_pins(self, m, platform):
+        """The control UART: ``(tx, rx)`` signals behind ``io.Buffer``s of ``uart`` 0."""
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        return tx.o, rx.i
+
+    def leds(self, m, platform):
+        """LED output signals (list, may be empty): link 0, activity 0, link 1, activity 1, heartbeat."""
+        return []
+
+    def phy_reset(self, m, platform):
+        """The PHYs' reset outputs (list of signals, 1 = in reset)."""
+        return []
+
+    @staticmethod
+    def out_buffers(m, platform, name, numbers):
+        """``io.Buffer("o")`` on resource ``name`` #n for each n; returns their ``o`` signals."""
+        outs = []
+        for n in numbers:
+            buf = io.Buffer("o", platform.request(name, n, dir="-"))
+            m.submodules[f"{name}_{n}"] = buf
+            outs.append(buf.o)
+        return outs
+
+    # ---- the top ---------------------------------------------------------------------------------
+    def make_core(self):
+        from ..rtl.nic import MRCNic
+        return MRCNic(ports=self.ports, qps=self.qps, paths=self.paths, window=self.window)
+
+    def elaborate(self, platform):
+        m = Module()
+        locked = self.clocking(m, platform)
+
+        # ---- NIC core, MACs, PHY I/O -----------------------------------------------------------
+        m.submodules.nic = nic = self.make_core()
+        m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=1)
+        m.submodules.hostmem = hostmem = HostMemory(self.hostmem_size)
+        wiring.connect(m, nic.m_axi, hostmem.s_axi)
+        rx_present = []
+        macs = []
+        for i in range(self.ports):
+            mac = EthMac(tx_domain="eth_tx", rx_domain=f"eth{i}_rx")
+            m.submodules[f"mac{i}"] = mac
+            macs.append(mac)
+            if platform is not None:
+                pio = RgmiiDdrIo(self.rgmii_pins(platform, i), tx_domain="eth_tx",
+                                 rx_domain=f"eth{i}_rx")
+                m.submodules[f"rgmii{i}"] = pio
+                wiring.connect(m, mac.rgmii, pio.rgmii)
+                rxc = Signal(name=f"eth{i}_rxc")
+                m.d.comb += rxc.eq(pio.rxc)
+                platform.add_clock_constraint(rxc, 125e6)
+            else:
+                rxc = Signal(name=f"eth{i}_rxc")
+                m.d.comb += [mac.rgmii.rxd.eq(0), mac.rgmii.rx_ctl.eq(0)]
+            m.domains += ClockDomain(f"eth{i}_rx")
+            m.d.comb += ClockSignal(f"eth{i}_rx").eq(rxc)
+            m.submodules[f"eth{i}_rx_rst"] = ResetSynchronizer(ResetSignal("sync"),
+                                                               domain=f"eth{i}_rx")
+            # RX clock present: a toggle in the RX domain, seen changing in sync
+            tog = Signal(name=f"eth{i}_rx_toggle")
+            cnt = Signal(4, name=f"eth{i}_rx_div")
+            m.d[f"eth{i}_rx"] += cnt.eq(cnt + 1)
+            m.d[f"eth{i}_rx"] += tog.eq(tog ^ (cnt == 0))
+            tog_s = Signal(name=f"eth{i}_rx_toggle_s")
+            m.submodules[f"eth{i}_rx_tog_sync"] = FFSynchronizer(tog, tog_s)
+            tog_d, seen, watchdog = Signal(), Signal(), Signal(10)
+            m.d.sync += [tog_d.eq(tog_s), watchdog.eq(watchdog + 1)]
+            with m.If(tog_s != tog_d):
+                m.d.sync += [seen.eq(1), watchdog.eq(0)]
+            with m.Elif(watchdog == 1023):
+                m.d.sync += seen.eq(0)
+            rx_present.append(seen)
+
+            gate = PortAdminGate()
+            m.submodules[f"admin{i}"] = gate
+            wiring.connect(m, getattr(nic, f"m_axis_p{i}"), gate.s_axis)
+            wiring.connect(m, gate.m_axis, mac.s_axis)
+            m.d.comb += gate.up.eq(csr.port_admin_up[i])
+            wiring.connect(m, mac.m_axis, getattr(nic, f"s_axis_p{i}"))
+
+        # ---- control port: UART -> AXI4-Lite -> CSR bank | board registers --------------------
+        m.submodules.uart = bridge = UartAxilBridge(clk_hz=self.clk_hz, baud=self.baud)
+        if platform is not None:
+            tx, rx = self.uart_pins(m, platform)
+            m.d.comb += [bridge.rx.eq(rx), tx.eq(bridge.tx)]
+        m.submodules.axil_split = split = AxilSplit()
+        wiring.connect(m, bridge.m_axil, split.s_axil)
+        wiring.connect(m, split.m0_axil, csr.s_axil)
+        m.submodules.board_regs = regs = BoardRegs(self.hostmem_size // 4)
+        wiring.connect(m, split.m1_axil, regs.s_axil)
+        m.d.comb += [hostmem.win_addr.eq(regs.win_addr), hostmem.win_we.eq(regs.win_we),
+                     hostmem.win_re.eq(regs.win_re), hostmem.win_wdata.eq(regs.win_wdata),
+                     regs.win_rdata.eq(hostmem.win_rdata), regs.win_done.eq(hostmem.win_done)]
+        wiring.connect(m, regs.m_wr, nic.s_wr)
+        wiring.connect(m, nic.recv_cpl, regs.s_cpl)
+        names = ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
+                 "rx_fifo_overflow")
+        for p, mac in enumerate(macs):
+            for j, name in enumerate(names):
+                m.d.comb += regs.counters[7 * p + j].eq(getattr(mac, name))
+        m.d.comb += [
+            regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames),
+            regs.nic_stats[2].eq(nic.acks_received), regs.nic_stats[3].eq(nic.placed_bytes),
+            regs.nic_stats[4].eq(nic.no_path),
+            regs.status.eq(Cat(locked, *rx_present)),
+        ]
+
+        self._wire_csr(m, csr, nic)
+
+        # ---- LEDs and PHY reset ----------------------------------------------------------------
+        if platform is not None:
+            leds = self.leds(m, platform)
+            act = []
+            for p, mac in enumerate(macs):
+                last, stretch = Signal(32), Signal(24)
+                total = Signal(32)
+                m.d.comb += total.eq(mac.tx_frames ^ mac.rx_frames)
+                m.d.sync += last.eq(total)
+                with m.If(total != last):
+                    m.d.sync += stretch.eq(~0)
+                with m.Elif(stretch != 0):
+                    m.d.sync += stretch.eq(stretch - 1)
+                act.append(stretch != 0)
+            beat = Signal(27)
+            m.d.sync += beat.eq(beat + 1)
+            values = [rx_present[0], act[0], rx_present[1], act[1], beat[-1]]
+            for led, value in zip(leds, values):
+                m.d.comb += led.eq(value)
+            # PHY reset: held for 2**21 cycles (~17 ms at 125 MHz) after configuration
+            rst_cnt = Signal(22)
+            with m.If(~rst_cnt[-1]):
+                m.d.sync += rst_cnt.eq(rst_cnt + 1)
+            for r in self.phy_reset(m, platform):
+                m.d.comb += r.eq(~rst_cnt[-1])
+        return m
+
+    def _wire_csr(self, m, csr, nic):
+        """CSR bank fields and table strobes -> the core's configuration ports; shadows for read-back."""
+        m.d.comb += [
+            nic.globals.src_mac.eq(Cat(csr.nic_src_mac_lo, csr.nic_src_mac_hi)),
+            nic.globals.src_ip.eq(Cat(csr.nic_src_ip0, csr.nic_src_ip1, csr.nic_src_ip2,
+                                      csr.nic_src_ip3)),
+            nic.globals.dscp.eq(csr.nic_dscp_data),
+            nic.globals.pmtu_log2.eq(csr.nic_pmtu_log2),
+            nic.own_usid.eq(csr.nic_usid), nic.locator_block.eq(csr.nic_locator),
+            nic.own_ip.eq(nic.globals.src_ip), nic.trim_dscp.eq(csr.nic_dscp_trim),
+            nic.ack_every.eq(csr.nic_ack_every), nic.ack_timeout.eq(csr.nic_ack_timeout),
+            nic.avoid.eq(0),
+        ]
+        for p in range(self.ports):
+            m.d.comb += nic.next_hop_mac[p].eq(Cat(getattr(csr, f"port{p}_nh_mac_lo"),
+                                                   getattr(csr, f"port{p}_nh_mac_hi")))
+        # simple tables: write straight through, shadow for read-back
+        for t, prefix in (("seg", "seg"), ("txqp", "qp"), ("rxqp", "rxqp"), ("mr", "mr")):
+            m.d.comb += [getattr(nic, f"{prefix}_w_en").eq(getattr(csr, f"{t}_w_en")),
+                         getattr(nic, f"{prefix}_w_addr").eq(getattr(csr, f"{t}_addr")),
+                         getattr(nic, f"{prefix}_w_data").eq(getattr(csr, f"{t}_w_data"))]
+        for t in ("seg", "txqp", "rxqp", "mr", "cc"):
+            table = self.regmap.table(t)
+            shape = getattr(csr, f"{t}_w_data").shape()
+            mem = Memory(shape=shape, depth=table.depth, init=[])
+            m.submodules[f"shadow_{t}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=())
+            idx = getattr(csr, f"{t}_addr")[:max(1, (table.depth - 1).bit_length())]
+            m.d.comb += [wp.en.eq(getattr(csr, f"{t}_w_en")), wp.addr.eq(idx),
+                         wp.data.eq(getattr(csr, f"{t}_w_data")),
+                         rp.addr.eq(idx), rp.en.eq(getattr(csr, f"{t}_rd_en")),
+                         getattr(csr, f"{t}_rd_data").eq(rp.data)]
+        m.d.comb += csr.evcnt_rd_data.eq(0)
+
+        # path table: shadow + read-modify-write for EV_STATE_SET / EV_WEIGHT_SET
+        mem = Memory(shape=PathEntry, depth=self.paths, init=[])
+        m.submodules.shadow_path = mem
+        wp = mem.write_port()
+        rp = mem.read_port(transparent_for=())
+        ab = (self.paths - 1).bit_length()
+        rmw_idx, rmw_kind, rmw_val = Signal(8), Signal(), Signal(8)
+        rmw = Signal(2)     # 0 idle, 1 reading, 2 data ready
+        entry = Signal(PathEntry)
+        with m.If(csr.ev_state_set_stb):
+            m.d.sync += [rmw_idx.eq(csr.ev_state_set_index), rmw_kind.eq(0),
+                         rmw_val.eq(csr.ev_state_set_state), rmw.eq(1)]
+        with m.Elif(csr.ev_weight_set_stb):
+            m.d.sync += [rmw_idx.eq(csr.ev_weight_set_index), rmw_kind.eq(1),
+                         rmw_val.eq(csr.ev_weight_set_weight), rmw.eq(1)]
+        with m.Elif(rmw == 1):
+            m.d.sync += rmw.eq(2)
+        with m.Elif(rmw == 2):
+            m.d.sync += rmw.eq(0)
+        m.d.comb += [
+            rp.en.eq(1),
+            rp.addr.eq(Mux(rmw != 0, rmw_idx, csr.path_addr)),
+            csr.path_rd_data.eq(rp.data),
+            entry.eq(rp.data),
+        ]
+        with m.If(rmw_kind):
+            m.d.comb += entry.weight.eq(rmw_val)
+        with m.Else():
+            m.d.comb += entry.state.eq(rmw_val[:2])
+        in_range = rmw_idx[ab:] == 0
+        with m.If(rmw == 2):
+            m.d.comb += [wp.en.eq(in_range), wp.addr.eq(rmw_idx), wp.data.eq(entry),
+                         nic.pt_w_en.eq(in_range), nic.pt_w_addr.eq(rmw_idx),
+                         nic.pt_w_data.eq(entry)]
+        with m.Else():
+            m.d.comb += [wp.en.eq(csr.path_w_en), wp.addr.eq(csr.path_addr),
+                         wp.data.eq(csr.path_w_data),
+                         nic.pt_w_en.eq(csr.path_w_en), nic.pt_w_addr.eq(csr.path_addr),
+                         nic.pt_w_data.eq(csr.path_w_data)]
+        m.d.comb += nic.pt_st_en.eq(0)
+
+        # counters
+        from ..rtl.rx_parser import DropReason
+        for r in DropReason:
+            total = Signal(32, name=f"drop_{r.name.lower()}")
+            m.d.sync += total.eq(sum(getattr(nic, f"drops_p{p}")[int(r)]
+                                     for p in range(self.ports)))
+            m.d.comb += getattr(csr, f"rx_drop_{r.name.lower()}").eq(total)
+        cpl_count = Signal(32)
+        with m.If(nic.recv_cpl.valid & nic.recv_cpl.ready):
+            m.d.sync += cpl_count.eq(cpl_count + 1)
+        m.d.comb += [
+            csr.rx_accepted.eq(nic.accepted), csr.rx_duplicates.eq(nic.duplicates),
+            csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_completions.eq(cpl_count),
+            csr.rx_acks.eq(nic.acks_sent), csr.rx_nacks.eq(0),
+            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_rd_errors.eq(0),
+            csr.tx_packets.eq(nic.data_frames),
+        ]
+        # EV events (when the core has SenderReliability): head of its event stream,
+        # popped by reading EV_EVENT; probes: no source yet
+        if hasattr(nic, "ev_event"):
+            ev = nic.ev_event
+            m.d.comb += [csr.ev_event_index.eq(ev.payload.index),
+                         csr.ev_event_state.eq(ev.payload.state),
+                         csr.ev_event_reason.eq(ev.payload.reason.as_value()[:2]),
+                         csr.ev_event_valid.eq(ev.valid), csr.ev_event_count.eq(ev.valid),
+                         ev.ready.eq(csr.ev_event_rd_stb),
+                         csr.irq_status_ev_event_set.eq(ev.valid),
+                         csr.tx_retransmits.eq(nic.retransmits)]
+        else:
+            m.d.comb += [csr.ev_event_index.eq(0), csr.ev_event_state.eq(0),
+                         csr.ev_event_reason.eq(0), csr.ev_event_valid.eq(0),
+                         csr.ev_event_count.eq(0), csr.irq_status_ev_event_set.eq(0),
+                         csr.tx_retransmits.eq(0)]
+        if hasattr(nic, "send_cpl"):
+            m.d.comb += nic.send_cpl.ready.eq(1)    # send completions: not exposed yet
+        m.d.comb += [csr.ev_probe_status_index.eq(0),
+                     csr.ev_probe_status_valid.eq(0), csr.ev_probe_rtt.eq(0)]
+        # interrupts: a refused work request
+        refused_d = Signal(32)
+        m.d.sync += refused_d.eq(nic.wr_refused)
+        m.d.comb += [
+            csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused),
+            csr.irq_status_probe_reply_set.eq(0),
+            csr.irq_status_rx_drop_set.eq(0),
+        ]

@@ -1,0 +1,80 @@
+"""Lattice ECP5 Versa (LFE5UM-45F-8BG381C): two Marvell 88E1512 RGMII PHYs = two MRC planes.
+
+Board top = :class:`mrcnic.boards.common.NicBoardTop` with:
+
+* clocking: the 100 MHz differential oscillator (P3/P4) -> ``EHXPLLL`` -> 125 MHz ``sync`` =
+  ``eth_tx`` (the 88E1512's RGMII TX/RX delays are enabled by its strapping on this board);
+* RGMII: both PHYs, pins as in amaranth-boards ``VersaECP5Platform`` (whose port 1 spells its
+  control pins ``tx_ctrl``/``rx_ctrl``; the resources here use one spelling for both);
+* control UART: the FT2232H's second channel (``A11`` TX, ``C11`` RX), 8N1, 115200 baud;
+* LEDs 0..4 (on board): link 0, activity 0, link 1, activity 1, heartbeat;
+* PHY resets ``U17`` / ``F20`` held ~17 ms after configuration.
+
+The Versa's device is larger than the Colorlight's: the same build fits with room to spare.
+"""
+
+from amaranth.build import Attrs, Pins, PinsN, Resource, Subsignal
+from amaranth.hdl import ClockDomain, ClockSignal
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+
+from .colorlight import ecp5_pll_125
+from .common import NicBoardTop
+
+__all__ = ["VersaNicTop", "versa_platform"]
+
+DEVICE = "LFE5UM-45F"
+
+
+def _rgmii(n, tx_clk, tx_ctl, tx_data, rx_clk, rx_ctl, rx_data):
+    return Resource("mrc_rgmii", n,
+                    Subsignal("tx_clk", Pins(tx_clk, dir="o")),
+                    Subsignal("tx_ctl", Pins(tx_ctl, dir="o")),
+                    Subsignal("tx_data", Pins(tx_data, dir="o")),
+                    Subsignal("rx_clk", Pins(rx_clk, dir="i")),
+                    Subsignal("rx_ctl", Pins(rx_ctl, dir="i")),
+                    Subsignal("rx_data", Pins(rx_data, dir="i")),
+                    Attrs(IO_TYPE="LVCMOS25"))
+
+
+RESOURCES = [
+    _rgmii(0, "P19", "R20", "N19 N20 P18 P20", "L20", "U19", "T20 U20 T19 R18"),
+    _rgmii(1, "C20", "E19", "J17 J16 D19 D20", "J19", "F19", "G18 G16 H18 H17"),
+    Resource("mrc_phy_rst", 0, PinsN("U17", dir="o"), Attrs(IO_TYPE="LVCMOS25")),
+    Resource("mrc_phy_rst", 1, PinsN("F20", dir="o"), Attrs(IO_TYPE="LVCMOS25")),
+]
+
+
+def versa_platform():
+    """The amaranth-boards Versa ECP5 platform with :data:`RESOURCES` added."""
+    from amaranth_boards.versa_ecp5 import VersaECP5Platform
+    platform = VersaECP5Platform()
+    platform.add_resources(RESOURCES)
+    return platform
+
+
+class VersaNicTop(NicBoardTop):
+    """Two-plane MRC NIC on the ECP5 Versa (see the module notes and NicBoardTop)."""
+
+    board = "versa"
+    device = DEVICE
+
+    def clocking(self, m, platform):
+        m.submodules.clk100_buf = buf = io.Buffer("i", platform.request("clk100", 0, dir="-"))
+        clk100 = buf.i
+        clk125, locked = ecp5_pll_125(m, clk100, in_mhz=100)
+        m.domains.sync = ClockDomain("sync")
+        m.domains.eth_tx = ClockDomain("eth_tx")
+        m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
+        m.submodules.sync_rst = ResetSynchronizer(~locked, domain="sync")
+        m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
+        return locked
+
+    def rgmii_pins(self, platform, n):
+        return platform.request("mrc_rgmii", n, dir="-")
+
+    def leds(self, m, platform):
+        return self.out_buffers(m, platform, "led", range(5))
+
+    def phy_reset(self, m, platform):
+        return self.out_buffers(m, platform, "mrc_phy_rst", range(2))

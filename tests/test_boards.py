@@ -1,0 +1,282 @@
+"""Board tops: elaboration for both boards, the board glue in simulation, and the Colorlight build.
+
+* ``test_board_elaborates``: the Colorlight and Versa tops elaborate into a build plan
+  (no synthesis): the NIC core with two RGMII ports, the PLL, the pins and the 125 MHz
+  constraints of the RGMII receive clocks are in it.
+* ``test_hostmem_*`` / ``test_board_regs``: the block-RAM host memory (AXI4 bursts with
+  backpressure, out-of-range SLVERR, the UART word window) and the board registers
+  (work-request post, completion pop) in the Amaranth simulator.
+* ``test_colorlight_bitstream`` (slow): the full Yosys/nextpnr/ecppack build; fails if
+  timing is not met at 125 MHz or the design does not fit the LFE5U-25F.
+"""
+
+import random
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from mrcnic.boards.build import (build_board, make_top, parse_pnr_utilisation, parse_report,
+                                 parse_yosys_stat)
+from mrcnic.boards.common import AxilSplit, BoardRegs, HostMemory, PortAdminGate
+from mrcnic.rtl.layouts import Completion, WorkRequest
+
+
+# ---------------------------------------------------------------------------------------------
+# elaboration
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("board,pins", [
+    ("colorlight", ["M2", "M1", "M12", "M16", "P11", "M13", "P6"]),
+    ("versa", ["P19", "L20", "C20", "J19", "A11", "C11"]),
+])
+def test_board_elaborates(board, pins):
+    platform, top = make_top(board)
+    plan = platform.prepare(top, name="top")
+    lpf = plan.files["top.lpf"]
+    for pin in pins:
+        assert f'SITE "{pin}"' in lpf, pin
+    assert 'FREQUENCY NET "eth0_rxc" 125000000.0 HZ' in lpf
+    assert 'FREQUENCY NET "eth1_rxc" 125000000.0 HZ' in lpf
+    il = plan.files["top.il"]
+    assert "EHXPLLL" in il and "ODDRX1F" in il and "IDDRX1F" in il
+    for name in ("nic", "mac0", "mac1", "csr", "hostmem", "uart", "board_regs"):
+        assert f"top.{name}" in il, name
+    assert ("--25k" if board == "colorlight" else "--um-45k") in plan.files["build_top.sh"]
+
+
+def test_report_parsing():
+    report = {"fmax": {"clk125": {"achieved": 131.2, "constraint": 125.0},
+                       "eth0_rxc": {"achieved": 190.0, "constraint": 125.0},
+                       "clk25": {"achieved": 300.0, "constraint": 25.0}},
+              "utilization": {"DP16KD": {"used": 30, "available": 56}}}
+    r = parse_report(report)
+    assert r["fmax_mhz"] == 131.2 and r["timing_met"]
+    report["fmax"]["eth0_rxc"]["achieved"] = 120.0
+    r = parse_report(report)
+    assert r["fmax_mhz"] == 120.0 and not r["timing_met"]
+    log = "=== top ===\n\n   Number of cells:   10\n     DP16KD    3\n     LUT4    7\n\n"
+    assert parse_yosys_stat(log) == {"DP16KD": 3, "LUT4": 7}
+    pnr = ("Info: Device utilisation:\nInfo: \t          TRELLIS_IO:    31/  197    15%\n"
+           "Info: \t        TRELLIS_COMB: 30000/24288   123%\n")
+    assert parse_pnr_utilisation(pnr) == {"TRELLIS_IO": {"used": 31, "available": 197},
+                                          "TRELLIS_COMB": {"used": 30000, "available": 24288}}
+
+
+# ---------------------------------------------------------------------------------------------
+# board glue in the Amaranth simulator
+# ---------------------------------------------------------------------------------------------
+def _sim(dut, bench, *, deadline=20_000):
+    sim = Simulator(dut)
+    sim.add_clock(8e-9)
+    sim.add_testbench(bench)
+    sim.run_until(deadline * 8e-9)
+
+
+async def _axi_write(ctx, a, addr, words, strb=0xFF):
+    ctx.set(a.awaddr, addr)
+    ctx.set(a.awlen, len(words) - 1)
+    ctx.set(a.awid, 3)
+    ctx.set(a.awvalid, 1)
+    await ctx.tick().until(a.awready)
+    ctx.set(a.awvalid, 0)
+    for i, w in enumerate(words):
+        ctx.set(a.wdata, w)
+        ctx.set(a.wstrb, strb)
+        ctx.set(a.wlast, i == len(words) - 1)
+        ctx.set(a.wvalid, 1)
+        await ctx.tick().until(a.wready)
+    ctx.set(a.wvalid, 0)
+    ctx.set(a.bready, 1)
+    bresp, bid = await ctx.tick().sample(a.bresp, a.bid).until(a.bvalid)
+    ctx.set(a.bready, 0)
+    assert bid == 3
+    return bresp
+
+
+async def _axi_read(ctx, a, addr, beats, rng=None):
+    ctx.set(a.araddr, addr)
+    ctx.set(a.arlen, beats - 1)
+    ctx.set(a.arid, 5)
+    ctx.set(a.arvalid, 1)
+    await ctx.tick().until(a.arready)
+    ctx.set(a.arvalid, 0)
+    got = []
+    while True:
+        ready = 1 if rng is None else rng.random() < 0.6
+        ctx.set(a.rready, ready)
+        _, _, valid, *beat = await ctx.tick().sample(a.rvalid, a.rdata, a.rresp, a.rlast, a.rid)
+        if ready and valid:                  # the beat taken at this edge
+            got.append(tuple(beat))
+            if beat[2]:
+                break
+    ctx.set(a.rready, 0)
+    return got
+
+
+def test_hostmem_axi_bursts():
+    dut = HostMemory(2048)
+    a = dut.s_axi
+    rng = random.Random(7)
+    words = [rng.getrandbits(64) for _ in range(16)]
+
+    async def bench(ctx):
+        await ctx.tick()
+        assert await _axi_write(ctx, a, 0x100, words) == 0
+        # a partial write: only bytes 0..1 of the first beat
+        assert await _axi_write(ctx, a, 0x100, [0xFFFF_FFFF_FFFF_FFFF], strb=0b11) == 0
+        # out of range: the burst crosses the end -> SLVERR, nothing in range overwritten
+        assert await _axi_write(ctx, a, 2048 - 8, [1, 2]) == 2
+        got = await _axi_read(ctx, a, 0x100, 16, rng)
+        expect = [(words[0] & ~0xFFFF) | 0xFFFF] + words[1:]
+        assert [g[0] for g in got] == expect
+        assert all(g[1] == 0 and g[3] == 5 for g in got)
+        assert [g[2] for g in got] == [0] * 15 + [1]
+        got = await _axi_read(ctx, a, 2048 - 8, 2)
+        assert got[0][0] == 1 and got[0][1] == 0
+        assert got[1][0] == 0 and got[1][1] == 2
+    _sim(dut, bench)
+
+
+def test_hostmem_window():
+    dut = HostMemory(2048)
+    a = dut.s_axi
+
+    async def bench(ctx):
+        await ctx.tick()
+        assert await _axi_write(ctx, a, 0x40, [0x1111_2222_3333_4444]) == 0
+        for addr, we, data in ((0x10, 0, None), (0x11, 1, 0xDEADBEEF), (0x11, 0, None)):
+            ctx.set(dut.win_addr, addr)
+            ctx.set(dut.win_we, we)
+            ctx.set(dut.win_re, not we)
+            ctx.set(dut.win_wdata, data or 0)
+            rdata, = await ctx.tick().sample(dut.win_rdata).until(dut.win_done)
+            ctx.set(dut.win_we, 0)
+            ctx.set(dut.win_re, 0)
+            await ctx.tick()
+            if addr == 0x10:
+                assert rdata == 0x3333_4444
+            elif not we:
+                assert rdata == 0xDEADBEEF
+        got = await _axi_read(ctx, a, 0x40, 1)
+        assert got[0][0] == 0xDEAD_BEEF_3333_4444
+    _sim(dut, bench)
+
+
+class _RegsHarness(wiring.Component):
+    def __init__(self):
+        self.regs = BoardRegs(512)
+        self.split = AxilSplit()
+        self.mem = HostMemory(2048)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs, m.submodules.split, m.submodules.mem = self.regs, self.split, self.mem
+        wiring.connect(m, self.split.m1_axil, self.regs.s_axil)
+        r, h = self.regs, self.mem
+        m.d.comb += [h.win_addr.eq(r.win_addr), h.win_we.eq(r.win_we), h.win_re.eq(r.win_re),
+                     h.win_wdata.eq(r.win_wdata), r.win_rdata.eq(h.win_rdata),
+                     r.win_done.eq(h.win_done)]
+        return m
+
+
+async def _lite_write(ctx, s, addr, value):
+    ctx.set(s.awaddr, addr)
+    ctx.set(s.wdata, value)
+    ctx.set(s.wstrb, 0xF)
+    ctx.set(s.awvalid, 1)
+    ctx.set(s.wvalid, 1)
+    ctx.set(s.bready, 1)
+    aw = w = False
+    while True:
+        _, _, awready, wready, bvalid, resp = await ctx.tick().sample(s.awready, s.wready, s.bvalid,
+                                                                s.bresp)
+        aw = aw or (awready and not aw)
+        w = w or (wready and not w)
+        ctx.set(s.awvalid, not aw)
+        ctx.set(s.wvalid, not w)
+        if bvalid:
+            break
+    ctx.set(s.bready, 0)
+    return resp
+
+
+async def _lite_read(ctx, s, addr):
+    ctx.set(s.araddr, addr)
+    ctx.set(s.arvalid, 1)
+    await ctx.tick().until(s.arready)
+    ctx.set(s.arvalid, 0)
+    ctx.set(s.rready, 1)
+    data, resp = await ctx.tick().sample(s.rdata, s.rresp).until(s.rvalid)
+    ctx.set(s.rready, 0)
+    return data, resp
+
+
+def test_board_regs():
+    dut = _RegsHarness()
+    s = dut.split.s_axil
+    wr = WorkRequest.const({"qp": 1, "opcode": 1, "wr_id": 0xBEEF, "local_addr": 0x100,
+                            "remote_va": 0x1_2345_6780, "rkey": 0xA5A5A5A5, "length": 4096,
+                            "imm": 0x77}).as_value().value
+    cpl = Completion.const({"qp": 1, "psn": 0x123456, "has_imm": 1, "imm": 0x77}).as_value().value
+
+    async def bench(ctx):
+        regs = dut.regs
+        await ctx.tick()
+        assert await _lite_read(ctx, s, 0x800) == (0x42524431, 0)
+        assert (await _lite_read(ctx, s, 0x80C))[0] == 512
+        assert (await _lite_read(ctx, s, 0x8FC))[1] == 2           # unknown: SLVERR
+        assert await _lite_write(ctx, s, 0x8FC, 1) == 2
+        # host memory window
+        assert await _lite_write(ctx, s, 0x8000 + 4 * 9, 0xCAFEF00D) == 0
+        assert await _lite_read(ctx, s, 0x8000 + 4 * 9) == (0xCAFEF00D, 0)
+        assert (await _lite_read(ctx, s, 0x8000 + 4 * 512))[1] == 2  # beyond the memory
+        # work request post: held until taken, a second post while pending is refused
+        for i in range(7):
+            assert await _lite_write(ctx, s, 0x810 + 4 * i, (wr >> (32 * i)) & 0xFFFF_FFFF) == 0
+        assert await _lite_write(ctx, s, 0x808, 1) == 0
+        assert ctx.get(regs.m_wr.valid) and ctx.get(regs.m_wr.payload.as_value()) == wr
+        assert (await _lite_read(ctx, s, 0x804))[0] & 0x100
+        assert await _lite_write(ctx, s, 0x808, 1) == 2
+        ctx.set(regs.m_wr.ready, 1)
+        await ctx.tick()
+        ctx.set(regs.m_wr.ready, 0)
+        assert not ctx.get(regs.m_wr.valid)
+        # completion: pushed by the NIC, read in two words, the second pops it
+        assert await _lite_read(ctx, s, 0x834) == (0, 0)
+        ctx.set(regs.s_cpl.payload.as_value(), cpl)
+        ctx.set(regs.s_cpl.valid, 1)
+        await ctx.tick()
+        ctx.set(regs.s_cpl.valid, 0)
+        for _ in range(3):
+            await ctx.tick()
+        assert (await _lite_read(ctx, s, 0x804))[0] >> 16 == 1
+        lo = (await _lite_read(ctx, s, 0x830))[0]
+        hi = (await _lite_read(ctx, s, 0x834))[0]
+        assert hi >> 31 == 1
+        assert lo | ((hi & 0x7FFF_FFFF) << 32) == cpl
+        assert (await _lite_read(ctx, s, 0x834))[0] == 0
+    _sim(dut, bench, deadline=40_000)
+
+
+def test_port_admin_gate():
+    dut = PortAdminGate()
+    s, o = dut.s_axis, dut.m_axis
+
+    async def bench(ctx):
+        ctx.set(o.tready, 1)
+        seen = []
+        for frame, up in ((1, 1), (2, 0), (3, 1)):
+            for beat in range(3):
+                ctx.set(s.tdata, frame * 16 + beat)
+                ctx.set(s.tlast, beat == 2)
+                ctx.set(s.tvalid, 1)
+                # admin state changes in the middle of frame 1 and 2: only frame starts count
+                ctx.set(dut.up, up if beat == 0 else 1 - up)
+                _, _, valid, data, ready = await ctx.tick().sample(o.tvalid, o.tdata, s.tready)
+                if valid:
+                    seen.append(data)
+                assert ready
+        assert seen == [16, 17, 18, 48, 49, 50]
+    _sim(dut, bench, deadline=100)
