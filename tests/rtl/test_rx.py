@@ -142,7 +142,7 @@ def _bad_frames():
         ("ETHERTYPE", patch(f, 12, b"\x08\x00")),
         ("VERSION", patch(f, 14, bytes([0x40 | f[14] & 0x0F]))),
         ("IPV6_LENGTH", patch(f, 18, (len(f) - 54 + 8).to_bytes(2, "big"))),
-        ("NEXT_HEADER", patch(f, 20, b"\x06")),
+        ("NEXT_HEADER", patch(f, 20, b"\x06", fix_icrc=False)),
         ("SRH", srh_frame),
         ("DA", wrong_da),
         ("UDP_PORT", patch(f, udp + 2, (4792).to_bytes(2, "big"))),
