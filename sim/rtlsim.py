@@ -100,7 +100,7 @@ def _to_sim_verilog(rtlil_text: str) -> str:
 
 def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict | None = None,
             testcase: str | None = None, waves: bool = False, fresh: bool = True,
-            quiet: bool = False, sources=()) -> Path:
+            quiet: bool = False, cache_key: str | None = None, sources=()) -> Path:
     """Build ``component`` and run the cocotb ``test_module`` on it.
 
     Parameters

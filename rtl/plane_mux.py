@@ -1,0 +1,107 @@
+"""Plane multiplexer: frame-level round robin of several AXI-Stream sources onto one plane port.
+
+Each plane of an MRCNic carries the data frames of the transmit pipeline and
+the ACK / SACK / NACK / probe-reply frames of the receive pipeline on one
+Ethernet port.  This block merges them whole frame by whole frame: the beats
+of two frames are never interleaved (an Ethernet MAC sends one frame at a
+time), and the output moves one beat per clock with no idle cycle between
+frames when inputs are waiting.
+
+Source: ARM IHI 0051A (AMBA 4 AXI4-Stream, packet boundaries on ``tlast``).
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axis import AxiStreamSignature
+
+__all__ = ["PlaneMux"]
+
+
+class PlaneMux(wiring.Component):
+    """Round-robin frame arbiter: ``inputs`` AXI-Stream sources -> one AXI-Stream output.
+
+    Parameters
+    ----------
+    inputs : int
+        Number of sources, 2..8.  Input 0 is the transmit pipeline's data
+        frames and input 1 the receive pipeline's ACK frames in
+        :class:`~mrcnic.rtl.nic.MRCNic`; the arbiter treats all alike.
+    data_width : int
+        ``tdata`` width in bits (mrcnic: 64).
+
+    Attributes
+    ----------
+    s_axis_<i> : In(AxiStreamSignature(data_width)), i < ``inputs``
+        Source i (frames, ``tlast`` on each frame's last beat).
+    m_axis : Out(AxiStreamSignature(data_width))
+        The merged frames of all sources, each frame's beats contiguous.
+    frames : Out(32) array per input as ``frames_<i>``
+        Frames of source i passed to the output (count of ``tlast`` beats, wraps).
+
+    Arbitration and timing
+    ----------------------
+    Between frames the grant goes to the first valid source after the one that
+    sent the last frame (round robin, so no source waits more than
+    ``inputs - 1`` frames); once the granted source's first beat is presented
+    the grant is held until its ``tlast`` beat is taken.  The output is combinational from the granted
+    source (zero latency, no storage): ``m_axis.tvalid`` follows the
+    granted source's ``tvalid`` (never ``tready``), ``tready`` goes back only
+    to the granted source, the others see ``tready`` low.  A new frame may
+    start in the cycle after the previous frame's ``tlast``, so back-to-back
+    frames of one or several sources leave at one beat per clock.  A source
+    that raises ``tvalid`` mid-way keeps its frame until granted; nothing is
+    dropped.
+    """
+
+    def __init__(self, inputs: int = 2, data_width: int = 64):
+        if not 2 <= inputs <= 8:
+            raise ValueError(f"inputs must be 2..8, not {inputs}")
+        if data_width <= 0 or data_width % 8:
+            raise ValueError(f"data_width must be a positive multiple of 8, not {data_width}")
+        self._inputs, self._width = inputs, data_width
+        members = {"m_axis": Out(AxiStreamSignature(data_width))}
+        for i in range(inputs):
+            members[f"s_axis_{i}"] = In(AxiStreamSignature(data_width))
+            members[f"frames_{i}"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._inputs
+        srcs = [getattr(self, f"s_axis_{i}") for i in range(n)]
+        out = self.m_axis
+
+        busy = Signal()                       # inside a frame: the grant is held
+        held = Signal(range(n))               # the source of the frame in progress
+        last = Signal(range(n), init=n - 1)   # the source of the previous frame
+        grant = Signal(range(n))
+
+        # Round robin between frames: the first valid source after ``last``.
+        # Written from the farthest candidate to the nearest so the nearest wins.
+        pick = Signal(range(n))
+        for k in reversed(range(1, n + 1)):
+            for j in range(n):
+                with m.If((last == j) & srcs[(j + k) % n].tvalid):
+                    m.d.comb += pick.eq((j + k) % n)
+        m.d.comb += grant.eq(Mux(busy, held, pick))
+
+        for i, s in enumerate(srcs):
+            with m.If(grant == i):
+                m.d.comb += [
+                    out.tdata.eq(s.tdata), out.tkeep.eq(s.tkeep), out.tlast.eq(s.tlast),
+                    out.tvalid.eq(s.tvalid), s.tready.eq(out.tready),
+                ]
+            counter = getattr(self, f"frames_{i}")
+            with m.If((grant == i) & s.tvalid & out.tready & s.tlast):
+                m.d.sync += counter.eq(counter + 1)
+
+        # Once a beat is presented the grant is held (AXI-Stream: tdata may not change while
+        # tvalid waits for tready) until the frame's tlast beat is taken.
+        with m.If(out.tvalid):
+            with m.If(out.tready & out.tlast):
+                m.d.sync += [busy.eq(0), last.eq(grant)]
+            with m.Else():
+                m.d.sync += [busy.eq(1), held.eq(grant)]
+        return m

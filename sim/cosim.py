@@ -1,0 +1,898 @@
+"""Co-simulation: RTL MRCNics (cocotb + Icarus) across the Python fabric model.
+
+Two halves, as in the other runners of ``mrcnic.sim``:
+
+* :func:`run_cosim` (plain Python, used by ``mrcnic sim`` and the tests):
+  resolves a scenario (:mod:`mrcnic.sim.scenarios`), writes a job file, builds
+  :class:`CosimTop` -- K :class:`~mrcnic.rtl.nic.MRCNic` instances, ports
+  prefixed ``n<k>_`` -- and runs the cocotb test below on it with
+  :func:`mrcnic.sim.rtlsim.run_rtl`, tailing a progress file for a rich
+  progress bar; then it writes the report (:mod:`mrcnic.sim.report`).
+* ``run_cosim_job`` (inside the simulator): one 8 ns clock for every NIC; per NIC
+  a cocotbext-axi ``AxiRam`` as host memory, the tables programmed from the NIC's
+  configuration, one ``AxiStreamSink`` per plane output and one
+  ``AxiStreamSource`` per plane input; the :class:`~mrcnic.sim.fabric.Fabric`
+  in between.
+
+Time synchronisation
+--------------------
+The simulator's time is the only clock; the fabric is a discrete-event model
+that is never ahead of it.  A frame leaving a NIC is handed to
+``fabric.send(host, plane, frame, now)`` in the time step its last beat is taken
+(the NIC's MAC is store-and-forward: the frame starts on the wire when it is
+complete).  After every rising edge the main loop runs the fabric up to the
+current time (``fabric.advance(now)``, only when ``fabric.next_event_ns()`` is due)
+and queues every delivered frame into the destination NIC's ``AxiStreamSource``
+of that plane, which feeds it in at one beat per clock from the next edge on.
+So the fabric lags the RTL by less than one clock (8 ns), frames are never
+reordered by the coupling, and time-outs in the RTL see the fabric's delays.
+
+The NIC Verilog is generated once per parameter set and source version and
+cached (``$MRCNIC_CACHE`` or ``~/.cache/mrcnic``): converting one NIC takes
+about a minute, the two-to-four-NIC top instantiates the same module.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+__all__ = ["CosimTop", "run_cosim", "nic_verilog", "NIC_MODULE", "NIC_GBPS", "CLK_NS",
+           "ideal_times", "COSIM_QPS", "COSIM_PATHS"]
+
+NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached MRCNic
+CLK_NS = 8                  #: clock period, ns (125 MHz)
+NIC_GBPS = 64 / CLK_NS      #: one 64-bit beat per clock: 8 Gb/s over all planes of a NIC
+COSIM_QPS = 4               #: receive QP contexts of the co-simulated NICs (3:1 incast needs 3)
+COSIM_PATHS = 128           #: path-table entries of the co-simulated NICs
+REPO = Path(__file__).resolve().parents[1]
+_GUARD = 64                 #: guard bytes checked on each side of every destination range
+_ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AETH 4 + SACK 20 + ICRC 4
+
+
+# --------------------------------------------------------------------------
+# The simulation top
+# --------------------------------------------------------------------------
+def _source_hash(params: dict) -> str:
+    """Hash of what the NIC Verilog depends on: parameters, Amaranth version, the source of
+    every ``mrcnic.rtl`` module MRCNic imports, ``mrcnic/wire.py`` and ``sim/rtlsim.py``."""
+    import sys
+
+    import amaranth
+
+    import mrcnic.rtl.nic  # noqa: F401 - loads the modules the NIC is built from
+
+    h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    h.update(amaranth.__version__.encode())
+    files = sorted({Path(mod.__file__) for name, mod in list(sys.modules.items())
+                    if name.startswith("mrcnic.rtl") and getattr(mod, "__file__", None)})
+    files += [REPO / "mrcnic" / "wire.py", REPO / "sim" / "rtlsim.py"]
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def nic_verilog(ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
+                cache_dir=None) -> Path:
+    """Verilog of ``MRCNic(ports, qps, paths)`` as module :data:`NIC_MODULE` (cached).
+
+    The cache key hashes the parameters, the Amaranth version and the sources of
+    ``rtl/``, ``mrcnic/wire.py`` and ``sim/rtlsim.py``; a stale file is never used.
+    """
+    from mrcnic.rtl.nic import MRCNic
+
+    from .rtlsim import write_verilog
+
+    cache = Path(cache_dir or os.environ.get("MRCNIC_CACHE")
+                 or Path.home() / ".cache" / "mrcnic")
+    key = _source_hash(dict(ports=ports, qps=qps, paths=paths))
+    path = cache / f"{NIC_MODULE}-{key}.v"
+    if path.exists():
+        return path
+    tmp = Path(tempfile.mkdtemp(prefix="nic-", dir=cache.parent if cache.exists() else None))
+    cache.mkdir(parents=True, exist_ok=True)
+    src = write_verilog(MRCNic(ports=ports, qps=qps, paths=paths), NIC_MODULE, tmp)
+    os.replace(src, path)       # atomic: concurrent runs never see half a file
+    return path
+
+
+class CosimTop(wiring.Component):
+    """Simulation-only top: ``nics`` MRCNic instances side by side, nothing between them.
+
+    Every port of NIC *k* appears as ``n<k>_<port>`` (same member, same width
+    and direction as on :class:`~mrcnic.rtl.nic.MRCNic`); ``clk``/``rst`` are
+    shared.  The NICs are instances of the Verilog module :data:`NIC_MODULE`
+    (from :func:`nic_verilog`), so the top converts in a moment.  The fabric
+    between them is the Python model, driven from cocotb.
+
+    Parameters
+    ----------
+    nics : int
+        Number of NICs, 1..16.
+    ports, qps, paths : int
+        MRCNic parameters (must match the Verilog module built with them).
+    """
+
+    def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS):
+        from mrcnic.rtl.nic import MRCNic
+
+        if not 1 <= nics <= 16:
+            raise ValueError(f"nics must be 1..16, not {nics}")
+        self.nics = nics
+        nic = MRCNic(ports=ports, qps=qps, paths=paths)
+        nic._MustUse__silence = True          # only its signature is used here
+        self.nic_signature = nic.signature
+        members = {f"n{k}_{name}": member for k in range(nics)
+                   for name, member in self.nic_signature.members.items()}
+        super().__init__(members)
+
+    def input_names(self) -> list[str]:
+        """Verilog names of every input of the top except ``clk``/``rst``."""
+        return [f"n{k}_" + "__".join(path) for k in range(self.nics)
+                for path, member in self.nic_signature.members.flatten()
+                if member.is_port and member.flow == In]
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(self.nics):
+            kw = {}
+            for path, member in self.nic_signature.members.flatten():
+                if not member.is_port:
+                    continue
+                obj = getattr(self, f"n{k}_{path[0]}")
+                for p in path[1:]:
+                    obj = getattr(obj, p)
+                kw[("i_" if member.flow == In else "o_") + "__".join(path)] = obj
+            m.submodules[f"nic{k}"] = Instance(NIC_MODULE, i_clk=ClockSignal(),
+                                               i_rst=ResetSignal(), **kw)
+        return m
+
+
+# --------------------------------------------------------------------------
+# Python side
+# --------------------------------------------------------------------------
+def _frame_len(payload: int, n_carriers: int = 1) -> int:
+    from mrcnic import wire
+
+    return wire.header_length(n_carriers) + payload + wire.roce_pad(payload) + wire.ICRC_LEN
+
+
+def ideal_times(sc: dict, tables: list, pmtu: int) -> dict:
+    """``ideal_ns`` and ``base_rtt_ns`` of a resolved scenario.
+
+    ``ideal_ns`` = the wire bytes (:func:`~mrcnic.sim.fabric.wire_bytes`) of every
+    data frame at the full rate of the NIC that moves them (each NIC: the lower of
+    :data:`NIC_GBPS` and its planes x host link rate; with several NICs the
+    busiest sender or receiver sets it) plus one base RTT: a full data frame
+    out and an ACK back, store-and-forward over host link, leaf, spine, leaf
+    (serialisation at each hop, link latencies, switch latencies).
+    """
+    from .fabric import wire_bytes
+
+    fab, topo = sc["fabric"], sc["topology"]
+    host_rate = fab.get("host_rate_gbps") or fab["rate_gbps"]
+    rate = min(NIC_GBPS, topo["planes"] * host_rate)
+    size = sc["size"]
+    n_pkts = -(-size // pmtu)
+    load = {}
+    for t in sc["transfers"]:
+        carriers = tables[t["src"]].path_entries[0]["n_carriers"]
+        wb = sum(wire_bytes(_frame_len(min(pmtu, size - i * pmtu), carriers))
+                 for i in range(n_pkts))
+        load[("tx", t["src"])] = load.get(("tx", t["src"]), 0) + wb
+        load[("rx", t["dst"])] = load.get(("rx", t["dst"]), 0) + wb
+    transfer_ns = max(load.values()) * 8 / rate
+    hops = [host_rate, fab["rate_gbps"], fab["rate_gbps"], host_rate]
+    lat = 2 * fab["host_latency_ns"] + 2 * fab["latency_ns"] + 3 * fab["switch_latency_ns"]
+    rtt = (sum(wire_bytes(_frame_len(pmtu)) * 8 / r for r in hops)
+           + sum(wire_bytes(_ACK_BYTES) * 8 / r for r in hops) + 2 * lat)
+    return dict(ideal_ns=transfer_ns + rtt, base_rtt_ns=rtt, transfer_ns=transfer_ns,
+                sender_gbps=rate)
+
+
+def _resolve(sc: dict):
+    """(config texts, HwTables per NIC, NicConfig per NIC) of a scenario."""
+    from mrcnic.config import compile_tables, loads_config
+
+    from .scenarios import make_configs
+    from .topology import ClosTopology
+
+    stride = _stride(sc["size"])
+    if sc.get("configs"):
+        texts = [(REPO / c).read_text() for c in sc["configs"]]
+        sources = [str(REPO / c) for c in sc["configs"]]
+    else:
+        topo = ClosTopology(**sc["topology"])
+        n_in = max(sum(1 for t in sc["transfers"] if t["dst"] == k) for k in range(len(sc["nics"])))
+        texts = make_configs(topo, sc["nics"], sc["transfers"], sc["evs"],
+                             region_bytes=max(1, n_in) * stride, cc=sc.get("cc"))
+        sources = [f"<{sc['name']}:nic{k}>" for k in range(len(texts))]
+    cfgs = [loads_config(t, s) for t, s in zip(texts, sources)]
+    return texts, [compile_tables(c) for c in cfgs], cfgs
+
+
+def _stride(size: int) -> int:
+    """Spacing of transfers in memory: the size rounded up to 4 KiB, plus 4 KiB of guard."""
+    return -(-size // 4096) * 4096 + 4096
+
+
+def _transfers(sc: dict, cfgs: list) -> list[dict]:
+    """Work requests of the scenario: QP index at the source, addresses, rkey, seed."""
+    from .scenarios import SRC_BASE
+
+    stride = _stride(sc["size"])
+    out = []
+    slot = {}
+    for i, t in enumerate(sc["transfers"]):
+        src, dst = cfgs[t["src"]], cfgs[t["dst"]]
+        if sc.get("configs"):
+            qp = i                              # files: transfer i uses the source's i-th QP
+        else:
+            from .scenarios import _qpn
+            qp = next(j for j, q in enumerate(src.qps) if q.qpn == _qpn(i, 0))
+        mr = dst.memory_regions[0]
+        n = slot.get(t["dst"], 0)
+        slot[t["dst"]] = n + 1
+        if (n + 1) * stride > mr.length:
+            raise ValueError(f"transfer {i}: {sc['size']} bytes do not fit nic{t['dst']}'s "
+                             f"memory region ({mr.length} bytes)")
+        out.append(dict(src=t["src"], dst=t["dst"], qp=qp, local_addr=SRC_BASE + i * stride,
+                        remote_va=mr.va + n * stride, dst_addr=mr.base + n * stride,
+                        rkey=mr.rkey, length=sc["size"], seed=1000 + i))
+    return out
+
+
+def _progress_loop(progress_file: Path, total: int, done: threading.Event, label: str):
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
+        task = bar.add_task(label, total=total, info="building (Verilog, Icarus)...")
+        pos = 0
+        while not done.is_set():
+            time.sleep(0.5)
+            if not progress_file.exists():
+                continue
+            with open(progress_file) as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+            if not chunk.endswith("\n"):
+                chunk = chunk[:chunk.rfind("\n") + 1]
+            pos += len(chunk.encode())
+            for line in chunk.splitlines():
+                p = json.loads(line)
+                bar.update(task, completed=min(p["placed"], total),
+                           info=f"t={p['t_ns'] / 1000:.1f} us  cpl {p['cpl']}/{p['cpl_expected']}"
+                                f"  {p['cycles_per_s']:.0f} cycles/s")
+
+
+def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
+              pcap=None, plot=None, waves: bool = False, build_dir=None,
+              progress: bool = False) -> dict:
+    """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
+
+    Parameters
+    ----------
+    scenario : str or dict
+        A built-in name (:data:`mrcnic.sim.scenarios.SCENARIOS`) or a scenario dict.
+    size : int, optional
+        Bytes per transfer (default: the scenario's ``size``, ``test_size`` with ``test``).
+    json_path, pcap, plot : path, optional
+        Write the JSON report, the fabric pcap (host links, both directions),
+        the per-plane throughput plot (PNG).
+    waves : bool
+        Dump an FST waveform (``<build_dir>/sim/mrcnic_cosim.fst``).
+    build_dir : path, optional
+        Where to build and run (a new temporary directory by default).
+    progress : bool
+        Show a rich progress bar (bytes placed at the receivers).
+
+    Raises
+    ------
+    ValueError
+        Unknown scenario, bad size, a configuration error.
+    AssertionError
+        The simulation itself failed (see ``<build_dir>/sim/sim.log``).
+    """
+    from mrcnic.config import PMTUS
+
+    from . import report as report_mod
+    from .rtlsim import run_rtl
+    from .scenarios import get_scenario
+
+    if isinstance(scenario, str):
+        sc = get_scenario(scenario, size=size, test=test)
+    else:
+        sc = dict(scenario)
+        sc.setdefault("name", "custom")
+        if size is not None:
+            sc["size"] = size
+    texts, tables, cfgs = _resolve(sc)
+    ports = sc["topology"]["planes"]
+    for k, tb in enumerate(tables):
+        if len(tb.next_hop_mac) != ports:
+            raise ValueError(f"nic{k} has {len(tb.next_hop_mac)} ports, the topology {ports} planes")
+        if len(tb.path_entries) > COSIM_PATHS or len(tb.rx_qps) > COSIM_QPS:
+            raise ValueError(f"nic{k} needs {len(tb.path_entries)} path entries and "
+                             f"{len(tb.rx_qps)} QPs; the co-simulated NIC holds "
+                             f"{COSIM_PATHS} and {COSIM_QPS}")
+    pmtu = cfgs[0].nic.pmtu
+    times = ideal_times(sc, tables, pmtu)
+    wrs = _transfers(sc, cfgs)
+    build_dir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-sim-"))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    job_file, out_file = build_dir / "job.json", build_dir / "result.json"
+    progress_file = build_dir / "progress.jsonl"
+    progress_file.unlink(missing_ok=True)
+    top = CosimTop(len(sc["nics"]), ports=ports)
+    job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
+               pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
+               progress=str(progress_file))
+    job_file.write_text(json.dumps(job))
+    nic_v = nic_verilog(ports=ports)
+
+    def simulate():
+        run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
+                build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
+                waves=waves, quiet=True, sources=[nic_v])
+
+    t0 = time.monotonic()
+    if progress:
+        done, err = threading.Event(), []
+
+        def worker():
+            try:
+                simulate()
+            except BaseException as exc:       # noqa: BLE001 - re-raised below
+                err.append(exc)
+            finally:
+                done.set()
+        th = threading.Thread(target=worker, daemon=True)
+        th.start()
+        total = len(wrs) * sc["size"]
+        _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}")
+        th.join()
+        if err:
+            exc = err[0]
+            if isinstance(exc, SystemExit):
+                raise AssertionError(f"the simulation failed (see {build_dir / 'sim'})")
+            raise exc
+    else:
+        simulate()
+    rep = json.loads(out_file.read_text())
+    rep["sim"]["wall_s"] = round(time.monotonic() - t0, 2)
+    rep["build_dir"] = str(build_dir)
+    if waves:
+        rep["waves"] = str(build_dir / "sim" / "mrcnic_cosim.fst")
+    if json_path:
+        report_mod.write_json(rep, json_path)
+    if plot:
+        report_mod.plot_throughput(rep, plot)
+    return rep
+
+
+# --------------------------------------------------------------------------
+# cocotb side
+# --------------------------------------------------------------------------
+try:
+    import cocotb
+    from cocotb.triggers import ClockCycles, RisingEdge
+    from cocotb.utils import get_sim_time
+except ImportError:          # pragma: no cover - cocotb is a dependency
+    cocotb = None
+
+_OP_ACK, _OP_PROBE = 0x11, 0xC0
+_DATA_OPS = (0x0A, 0x0B)
+
+
+def _classify(f: bytes):
+    """(opcode, ev, dqpn, psn, ecn, dscp, sack_ev, sack_flags) of a RoCEv2/IPv6 frame, or None.
+
+    A quick positional parse (wire format v1: Ethernet, IPv6, optional SRH, UDP,
+    BTH, AETH + MRCSack for ACKs); the EV is rebuilt as SRV6/STEV carry it.
+    """
+    if len(f) < 66 or f[12] != 0x86 or f[13] != 0xDD:
+        return None
+    tc = ((f[14] & 0x0F) << 4) | (f[15] >> 4)
+    flow = ((f[15] & 0x0F) << 16) | (f[16] << 8) | f[17]
+    nh, off = f[20], 54
+    if nh == 43:
+        nh, off = f[54], 54 + 8 * (f[55] + 1)
+    if nh != 17 or len(f) < off + 20:
+        return None
+    sport = (f[off] << 8) | f[off + 1]
+    b = off + 8
+    op = f[b]
+    dqpn = int.from_bytes(f[b + 5:b + 8], "big")
+    psn = int.from_bytes(f[b + 9:b + 12], "big")
+    sack_ev = flags = 0
+    if op == _OP_ACK and len(f) >= b + 21:
+        sack_ev = int.from_bytes(f[b + 16:b + 20], "big")
+        flags = f[b + 20]
+    return op, ((sport & 0xFFF) << 20) | flow, dqpn, psn, tc & 3, tc >> 2, sack_ev, flags
+
+
+class _Nic:
+    """One co-simulated NIC: its memory, plane sources/sinks and table programming."""
+
+    def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int):
+        from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
+
+        self.dut, self.k, self.host, self.ports = dut, k, host, ports
+        self.cfg, self.tables = cfg, tables
+        self.pre = f"n{k}_"
+        self.mem = AxiRam(AxiBus.from_prefix(dut, f"n{k}_m_axi", bus_separator="__"),
+                          dut.clk, dut.rst, size=mem_size)
+        self.sources = [AxiStreamSource(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
+                                                                 bus_separator="__"),
+                                        dut.clk, dut.rst) for i in range(ports)]
+        self.sinks = [AxiStreamSink(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
+                                                             bus_separator="__"),
+                                    dut.clk, dut.rst) for i in range(ports)]
+        self.cpl_valid = self.sig("recv_cpl__valid")
+        self.cpl_payload = self.sig("recv_cpl__payload")
+        self.sig("recv_cpl__ready").value = 1
+        for name in ("send_cpl__ready", "ev_event__ready"):
+            if self.has(name):
+                self.sig(name).value = 1
+
+    def sig(self, name):
+        return getattr(self.dut, self.pre + name)
+
+    def has(self, name) -> bool:
+        return hasattr(self.dut, self.pre + name)
+
+    async def program(self, ack_every: int, ack_timeout: int, rel_overrides: dict):
+        """Write every table from the NIC's configuration (TxTb.program + RxTb.program),
+        and the sender-reliability context of each QP (``mrcnic.config.rel_qp_configs``)."""
+        from mrcnic.config import rel_qp_configs
+        from mrcnic.rtl.layouts import MemRegion, NicGlobals, PathEntry, QpContext, RxQpContext
+        from mrcnic.rtl.reliability import RelQpConfig
+
+        from .tb import pack
+
+        t, s, clk = self.tables, self.sig, self.dut.clk
+        s("globals").value = pack(NicGlobals, t.globals)
+        s("next_hop_mac").value = sum(mac << (48 * i) for i, mac in enumerate(t.next_hop_mac))
+        s("own_usid").value = t.local_usid
+        s("locator_block").value = t.locator_block
+        s("own_ip").value = t.globals["src_ip"]
+        s("trim_dscp").value = t.trim_dscp
+        s("ack_every").value = ack_every
+        s("ack_timeout").value = ack_timeout
+        for i, e in enumerate(t.path_entries):
+            s("pt_w_en").value, s("pt_w_addr").value = 1, i
+            s("pt_w_data").value = pack(PathEntry, e)
+            await RisingEdge(clk)
+        s("pt_w_en").value = 0
+        for i, word in enumerate(t.segments):
+            s("seg_w_en").value, s("seg_w_addr").value, s("seg_w_data").value = 1, i, word
+            await RisingEdge(clk)
+        s("seg_w_en").value = 0
+        for i, (txq, rxq) in enumerate(zip(t.qp_contexts, t.rx_qps)):
+            s("qp_w_en").value, s("qp_w_addr").value = 1, i
+            s("qp_w_data").value = pack(QpContext, txq)
+            s("rxqp_w_en").value, s("rxqp_w_addr").value = 1, i
+            s("rxqp_w_data").value = pack(RxQpContext, rxq)
+            await RisingEdge(clk)
+        s("qp_w_en").value = s("rxqp_w_en").value = 0
+        for i, mr in enumerate(t.memory_regions[:4]):
+            s("mr_w_en").value, s("mr_w_addr").value = 1, i
+            s("mr_w_data").value = pack(MemRegion, mr)
+            await RisingEdge(clk)
+        s("mr_w_en").value = 0
+        if self.has("rel_w_en"):
+            for i, rel in enumerate(rel_qp_configs(self.cfg, t, **rel_overrides)):
+                s("rel_w_en").value, s("rel_w_addr").value = 1, i
+                s("rel_w_data").value = pack(RelQpConfig, rel)
+                await RisingEdge(clk)
+            s("rel_w_en").value = 0
+        await ClockCycles(clk, 8)
+
+    async def post(self, wrs: list):
+        """Hand the work requests to ``s_wr`` one after the other (valid held until ready)."""
+        from mrcnic.rtl.layouts import WorkRequest, WrOpcode
+
+        from .tb import pack
+
+        valid, payload, ready = self.sig("s_wr__valid"), self.sig("s_wr__payload"), \
+            self.sig("s_wr__ready")
+        for i, wr in wrs:
+            payload.value = pack(WorkRequest, dict(
+                qp=wr["qp"], opcode=WrOpcode.WRITE, wr_id=i, local_addr=wr["local_addr"],
+                remote_va=wr["remote_va"], rkey=wr["rkey"], length=wr["length"], imm=0))
+            valid.value = 1
+            while True:
+                await RisingEdge(self.dut.clk)
+                if int(ready.value):
+                    break
+        valid.value = 0
+
+    def counters(self) -> dict:
+        names = ["placed_bytes", "duplicates", "out_of_window", "acks_sent", "accepted",
+                 "wr_refused", "data_frames", "ack_frames", "acks_received"]
+        # Sender reliability counters, present once SenderReliability is wired into MRCNic.
+        names += [n for n in ("retransmits", "timeouts", "trim_nacks", "ecn_echoes",
+                              "clean_acks", "probes_sent", "probe_replies", "ev_events",
+                              "min_active_holds") if self.has(n)]
+        return {n: int(self.sig(n).value) for n in names}
+
+    def drops(self) -> dict:
+        from mrcnic.rtl.rx_parser import DropReason
+        total = {r.name: 0 for r in DropReason}
+        for i in range(self.ports):
+            raw = int(self.sig(f"drops_p{i}").value)
+            for r in DropReason:
+                total[r.name] += raw >> (32 * r.value) & 0xFFFFFFFF
+        return total
+
+
+class _Observer:
+    """Counts what the NICs send and receive, frame by frame, per EV."""
+
+    def __init__(self, trim_dscp: int):
+        self.trim_dscp = trim_dscp
+        self.per_ev = {}
+        self.seen = set()
+        self.data_sent = self.retx = self.acks = self.trim_nacks = self.ecn_echoes = 0
+        self.probes = self.probe_replies = 0
+        self.data_bytes_plane = {}
+        self.last_ns = 0.0
+        self.first_failure_ns = None
+
+    def _ev(self, ev):
+        e = self.per_ev.get(ev)
+        if e is None:
+            e = self.per_ev[ev] = dict(packets=0, bytes=0, retransmissions=0, delivered=0,
+                                       ecn_marked=0, trimmed=0, acks=0, ecn_echoes=0,
+                                       trim_nacks=0, probes=0, probe_replies=0,
+                                       sent_after_failure=0, first_ns=None, last_ns=None)
+        return e
+
+    def sent(self, k, plane, frame, now):
+        c = _classify(frame)
+        if c is None:
+            return
+        op, ev, dqpn, psn, _, _, sack_ev, flags = c
+        self.last_ns = now
+        if op in _DATA_OPS:
+            e = self._ev(ev)
+            e["packets"] += 1
+            if self.first_failure_ns is not None and now >= self.first_failure_ns:
+                e["sent_after_failure"] += 1
+            e["bytes"] += len(frame)
+            e["plane"] = plane
+            if e["first_ns"] is None:
+                e["first_ns"] = now
+            e["last_ns"] = now
+            self.data_sent += 1
+            self.data_bytes_plane[plane] = self.data_bytes_plane.get(plane, 0) + len(frame)
+            key = (k, dqpn, psn)
+            if key in self.seen:
+                self.retx += 1
+                e["retransmissions"] += 1
+            self.seen.add(key)
+        elif op == _OP_ACK:
+            self.acks += 1
+            e = self._ev(sack_ev)
+            e["acks"] += 1
+            if flags & 0x01:
+                self.ecn_echoes += 1
+                e["ecn_echoes"] += 1
+            if flags & 0x02:
+                self.trim_nacks += 1
+                e["trim_nacks"] += 1
+            if flags & 0x04:
+                self.probe_replies += 1
+                e["probe_replies"] += 1
+        elif op == _OP_PROBE:
+            self.probes += 1
+            self._ev(ev)["probes"] += 1
+
+    def delivered(self, frame):
+        c = _classify(frame)
+        if c is None:
+            return
+        op, ev, _, _, ecn, dscp, _, _ = c
+        if op in _DATA_OPS:
+            e = self._ev(ev)
+            e["delivered"] += 1
+            if ecn == 3:
+                e["ecn_marked"] += 1
+            if dscp == self.trim_dscp:
+                e["trimmed"] += 1
+
+
+def _fabric_for(sc: dict):
+    from .fabric import Fabric
+    from .topology import ClosTopology
+
+    topo = ClosTopology(**sc["topology"])
+    fabric = Fabric(topo, pcap="hosts", **sc["fabric"])
+    for s in sc.get("slow_links", []):
+        a, b = s["link"]
+        for port in (fabric.port(a, b), fabric.port(b, a)):
+            port.rate_gbps = float(s["rate_gbps"])
+    return topo, fabric
+
+
+def _schedule_failures(fabric, sc, t0, ideal):
+    out = []
+    for f in sc.get("failures", []):
+        at = t0 + f["at"] * ideal
+        target = f["target"]
+        fn = getattr(fabric, f["action"])
+        if isinstance(target, list):
+            fn(at, *target)
+        else:
+            fn(at, target)
+        out.append(dict(action=f["action"], target=target, at_ns=at))
+    return out
+
+
+def _background(sc, topo, t0, ideal):
+    """[(next_ns, period_ns, stop_ns, host, plane, frame)] of the background flows."""
+    from mrcnic import wire
+
+    from .fabric import wire_bytes
+
+    flows = []
+    for i, b in enumerate(sc.get("background", [])):
+        path = next(p for p in topo.paths(b["src_host"], b["dst_host"])
+                    if p.plane == b["plane"] and p.spine == b["spine"])
+        enc = wire.PathEncap(ev=topo.ev_of(path.plane, path.spine), port=path.plane,
+                             mode="SRV6", block=topo.block, usids=list(path.usids))
+        frame = wire.build_data_frame(
+            src_mac=topo.host_mac(b["src_host"]), dst_mac="02:00:00:00:ff:ff",
+            src_ip=topo.host_ip(b["src_host"]), path=enc, qpn=0xFFFFF0 + i, psn=0,
+            va=0, rkey=0, payload=bytes(b["payload_bytes"]))
+        period = wire_bytes(len(frame)) * 8 / b["rate_gbps"]
+        flows.append([t0 + b["from"] * ideal, period, t0 + b["to"] * ideal,
+                      b["src_host"], b["plane"], frame])
+    return flows
+
+
+if cocotb is not None:
+    @cocotb.test()
+    async def run_cosim_job(dut):
+        """Execute the job named by ``MRCNIC_JOB``; write the report to ``MRCNIC_OUT``."""
+        from cocotbext.axi import AxiStreamFrame
+
+        from mrcnic.config import compile_tables, loads_config
+        from mrcnic.rtl.layouts import Completion, EvEvent
+
+        from .rtlsim import tb_param
+        from .tb import start, unpack
+
+        job = json.loads(Path(tb_param("job")).read_text())
+        sc, times = job["scenario"], job["times"]
+        ideal = times["ideal_ns"]
+        cfgs = [loads_config(t, f"nic{k}") for k, t in enumerate(job["configs"])]
+        tables = [compile_tables(c) for c in cfgs]
+        ports = sc["topology"]["planes"]
+        topo, fabric = _fabric_for(sc)
+        wrs = job["wrs"]
+        top = max([mr.base + mr.length for c in cfgs for mr in c.memory_regions]
+                  + [w["local_addr"] + w["length"] for w in wrs])
+        mem_size = 1 << max(20, (top + 4096 - 1).bit_length())
+
+        await start(dut, job["inputs"])
+        nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size)
+                for k, h in enumerate(sc["nics"])]
+        nic_of_host = {h: k for k, h in enumerate(sc["nics"])}
+        for coro in [cocotb.start_soon(n.program(sc["ack_every"], sc["ack_timeout"],
+                                                 sc.get("reliability", {})))
+                     for n in nics]:
+            await coro
+
+        # Source data (random, seeded) and destination ranges pre-filled with its complement,
+        # so an untouched byte never looks delivered; guard bands around each range.
+        datas = []
+        for w in wrs:
+            data = random.Random(w["seed"]).randbytes(w["length"])
+            datas.append(data)
+            nics[w["src"]].mem.write(w["local_addr"], data)
+            dst = nics[w["dst"]].mem
+            dst.write(w["dst_addr"] - _GUARD, b"\x5a" * _GUARD)
+            dst.write(w["dst_addr"], bytes(b ^ 0xFF for b in data))
+            dst.write(w["dst_addr"] + w["length"], b"\x5a" * _GUARD)
+
+        obs = _Observer(tables[0].trim_dscp)
+        clk_edge = RisingEdge(dut.clk)
+
+        async def pump(nic, plane):
+            sink = nic.sinks[plane]
+            host, k = nic.host, nic.k
+            while True:
+                frame = bytes((await sink.recv()).tdata)
+                now = get_sim_time(unit="ns")
+                obs.sent(k, plane, frame, now)
+                fabric.send(host, plane, frame, now)
+
+        for n in nics:
+            for p in range(ports):
+                cocotb.start_soon(pump(n, p))
+
+        t0 = get_sim_time(unit="ns")
+        for k, n in enumerate(nics):
+            mine = [(i, w) for i, w in enumerate(wrs) if w["src"] == k]
+            if mine:
+                cocotb.start_soon(n.post(mine))
+        failures = _schedule_failures(fabric, sc, t0, ideal)
+        obs.first_failure_ns = min((f["at_ns"] for f in failures), default=None)
+        bg = _background(sc, topo, t0, ideal)
+        bg_sent = 0
+        limit = t0 + sc["time_limit"] * ideal + sc["linger_ns"]
+        receivers = sorted({w["dst"] for w in wrs})
+        expected = {k: sum(1 for w in wrs if w["dst"] == k) for k in receivers}
+        completions, events, cwnd = [], [], []
+        ev_ports = [n for n in nics if n.has("ev_event__valid")]
+        scpl_ports = [n for n in nics if n.has("send_cpl__valid")]
+        send_cpls = []
+        cwnd_ports = [n for n in nics if n.has("cwnd")]
+        # The run allocates many short-lived objects per clock (cocotb triggers, values);
+        # keep the collector off the long-lived ones (fabric, tables, memories).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 50, 100)
+        done_at = None
+        stall_ns = sc.get("stall_ns", 100_000.0)
+        stalled = False
+        prog = open(job["progress"], "a")
+        wall0 = time.monotonic()
+        cycles = 0
+        while True:
+            await clk_edge
+            now = get_sim_time(unit="ns")
+            nxt = fabric.next_event_ns()
+            if nxt is not None and nxt <= now:
+                for d in fabric.advance(now):
+                    k = nic_of_host.get(d.host)
+                    if k is None:
+                        continue                     # background sink host: no NIC
+                    obs.delivered(d.frame_bytes)
+                    nics[k].sources[d.plane].send_nowait(AxiStreamFrame(d.frame_bytes))
+            for flow in bg:
+                while flow[0] <= now and flow[0] < flow[2]:
+                    fabric.send(flow[3], flow[4], flow[5], now)
+                    flow[0] += flow[1]
+                    bg_sent += 1
+            for k in receivers:
+                if int(nics[k].cpl_valid.value):
+                    c = unpack(Completion, int(nics[k].cpl_payload.value))
+                    completions.append(dict(nic=k, qp=int(c["qp"]), psn=int(c["psn"]),
+                                            t_ns=now))
+            for n in scpl_ports:
+                if int(n.sig("send_cpl__valid").value):
+                    c = unpack(Completion, int(n.sig("send_cpl__payload").value))
+                    send_cpls.append(dict(nic=n.k, qp=int(c["qp"]), psn=int(c["psn"]), t_ns=now))
+            for n in ev_ports:
+                if int(n.sig("ev_event__valid").value):
+                    e = unpack(EvEvent, int(n.sig("ev_event__payload").value))
+                    events.append(dict(nic=n.k, t_ns=now, index=int(e["index"]),
+                                       ev=int(e["ev"]), state=_name(e["state"]),
+                                       reason=_name(e["reason"]), rtt_ns=int(e["rtt_ns"])))
+            cycles += 1
+            if cycles & 255 == 0:
+                for n in cwnd_ports:
+                    cwnd.append(dict(nic=n.k, t_ns=now, cwnd=int(n.sig("cwnd").value)
+                                     & 0xFFFFFFFF))
+            if cycles & 2047 == 0:
+                placed = sum(nics[k].counters()["placed_bytes"] for k in receivers)
+                wall = time.monotonic() - wall0
+                prog.write(json.dumps(dict(t_ns=now, cycles=cycles, placed=placed,
+                                           cpl=len(completions),
+                                           cpl_expected=sum(expected.values()),
+                                           cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
+                prog.flush()
+            if done_at is None and all(
+                    sum(1 for c in completions if c["nic"] == k) >= expected[k]
+                    for k in receivers):
+                done_at = now
+            if (done_at is not None and now >= done_at + sc["linger_ns"]) or now >= limit:
+                break
+            if done_at is None and cycles & 255 == 0 and fabric.next_event_ns() is None \
+                    and now - max(obs.last_ns, t0) > stall_ns:
+                stalled = True          # nothing sent or in flight for stall_ns: give up
+                break
+        wall = time.monotonic() - wall0
+        prog.write(json.dumps(dict(
+            t_ns=get_sim_time(unit="ns"), cycles=cycles, cpl=len(completions),
+            placed=sum(nics[k].counters()["placed_bytes"] for k in receivers),
+            cpl_expected=sum(expected.values()), cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
+        prog.close()
+        gc.unfreeze()
+
+        # ---- memory check ---------------------------------------------------------------
+        posted = delivered = mismatched = 0
+        per_transfer = []
+        for w, data in zip(wrs, datas):
+            got = nics[w["dst"]].mem.read(w["dst_addr"], w["length"])
+            ok = sum(1 for a, b in zip(got, data) if a == b)
+            untouched = sum(1 for a, b in zip(got, data) if a == b ^ 0xFF and a != b)
+            bad = w["length"] - ok - untouched
+            guards = nics[w["dst"]].mem.read(w["dst_addr"] - _GUARD, _GUARD) + \
+                nics[w["dst"]].mem.read(w["dst_addr"] + w["length"], _GUARD)
+            outside = sum(1 for b in guards if b != 0x5A)
+            posted += w["length"]
+            delivered += ok
+            mismatched += bad + outside
+            per_transfer.append(dict(src=w["src"], dst=w["dst"], bytes=w["length"],
+                                     delivered=ok, mismatched=bad, written_outside=outside,
+                                     missing=untouched))
+        nic_counters = [n.counters() for n in nics]
+        nic_drops = [n.drops() for n in nics]
+        fc = fabric.counters()
+        end = get_sim_time(unit="ns")
+        bin_ns = max(250.0, (end - t0) / 400)
+        thr = fabric.throughput(bin_ns, end_ns=end)
+        spine_of = {}
+        for tb in tables:
+            for enc in tb.path_encaps:
+                for u in enc.usids:
+                    node = topo.node_of_usid(u)
+                    if node and topo.nodes[node]["kind"] == "spine":
+                        spine_of.setdefault(enc.ev, node)
+        per_ev = {}
+        for ev, e in sorted(obs.per_ev.items()):
+            e = dict(e, spine=spine_of.get(ev))
+            per_ev[f"{ev:#x}"] = e
+        bad_evs = {(e["nic"], e["index"]) for e in events if e["state"] == "ASSUMED_BAD"}
+        last_cpl = max((c["t_ns"] for c in completions), default=None)
+        rep = dict(
+            scenario=sc["name"], description=sc.get("description", ""), planes=ports,
+            evs=tables[wrs[0]["src"]].qp_contexts[wrs[0]["qp"]]["profile_count"],
+            nics=len(nics), size=sc["size"], transfers=per_transfer,
+            complete=done_at is not None, stalled=stalled,
+            bytes_posted=posted, bytes_delivered=delivered, bytes_mismatched=mismatched,
+            packets_sent=obs.data_sent, retransmissions=obs.retx,
+            trimmed=fc["trimmed"], ecn_marked=fc["ecn_marked"],
+            trim_nacks=obs.trim_nacks, ecn_echoes=obs.ecn_echoes, acks_sent=obs.acks,
+            probes_sent=obs.probes, probe_replies=obs.probe_replies,
+            evs_assumed_bad=len(bad_evs), ev_events=events,
+            completion_ns=(last_cpl - t0) if done_at is not None else None,
+            ideal_ns=ideal, base_rtt_ns=times["base_rtt_ns"],
+            sender_gbps=times["sender_gbps"],
+            per_plane_bytes=fc["per_plane_bytes"],
+            per_plane_data_bytes=[obs.data_bytes_plane.get(p, 0) for p in range(ports)],
+            failures=[dict(f, t_ns=f["time_ns"], t_rel_ns=f["time_ns"] - t0)
+                      for f in fc["failures"]],
+            failures_planned=failures,
+            per_ev=per_ev,
+            drops=dict(fabric=fc["drops"], nic=_sum_dicts(nic_drops)),
+            nic_counters=nic_counters, nic_drops=nic_drops,
+            fabric_ports=fc["ports"], background_frames=bg_sent,
+            completions=completions, send_completions=send_cpls, cwnd=cwnd,
+            throughput=dict(bin_ns=bin_ns, t0_ns=t0, t_ns=thr["t_ns"], planes=thr["planes"]),
+            sim=dict(cycles=cycles, t0_ns=t0, end_ns=end, cocotb_wall_s=round(wall, 2),
+                     cycles_per_s=round(cycles / max(wall, 1e-9), 1)),
+        )
+        if job.get("pcap"):
+            rep["pcap"] = job["pcap"]
+            rep["pcap_frames"] = fabric.write_pcap(job["pcap"])
+        Path(tb_param("out")).write_text(json.dumps(rep, default=str))
+
+
+def _name(v):
+    return v.name if hasattr(v, "name") else str(v)
+
+
+def _sum_dicts(ds: list) -> dict:
+    out = {}
+    for d in ds:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out

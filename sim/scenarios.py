@@ -1,0 +1,254 @@
+"""Built-in scenarios of ``mrcnic sim``: RTL NICs across the fabric model, as data.
+
+A scenario is a plain dict (JSON-able) read by :func:`mrcnic.sim.cosim.run_cosim`:
+
+``topology``
+    :class:`~mrcnic.sim.topology.ClosTopology` arguments.
+``fabric``
+    :class:`~mrcnic.sim.fabric.Fabric` arguments (rates in Gb/s, times in ns, bytes).
+``nics``
+    Host index (topology) of each RTL NIC; NIC *k* is ``n<k>_...`` in the co-simulation top.
+``configs``
+    One TOML file per NIC (paths relative to the repository), or ``None``: the
+    configurations are generated from the topology (:func:`make_configs`), one
+    QP pair per transfer, explicit EV profiles of ``evs`` EVs
+    (:meth:`ClosTopology.ev_profile`).
+``cc``
+    Optional NSCC parameters for every QP of generated configurations.
+``transfers``
+    RDMA WRITEs ``{"src": nic, "dst": nic}`` of ``size`` bytes each, posted at
+    the same time; transfer *i* writes at offset ``i * size`` of the destination's
+    first memory region.
+``size`` / ``test_size``
+    Bytes per transfer for ``mrcnic sim`` / for the pytest run.
+``failures``
+    ``{"action": "fail_link" | "recover_link" | "fail_switch" | "recover_switch" |
+    "fail_plane" | "recover_plane", "target": [a, b] | name | plane, "at": f}``: the
+    failure takes effect ``f`` x ``ideal_ns`` after the work requests are posted.
+``slow_links``
+    ``{"link": [a, b], "rate_gbps": r}``: both directions of the link at rate ``r``.
+``background``
+    Constant-rate traffic injected straight into the fabric from a host without
+    an RTL NIC: ``{"src_host", "dst_host", "plane", "spine", "rate_gbps",
+    "payload_bytes", "from", "to"}`` (``from``/``to`` in units of ``ideal_ns``).
+``reliability``
+    Optional overrides of the sender-reliability context of every QP
+    (:func:`mrcnic.config.rel_qp_configs`, e.g. ``ack_timeout_exp``).
+``linger_ns``
+    Simulated time kept running after the last completion (probes, late ACKs).
+``stall_ns``
+    Optional (default 100 us): the run gives up when nothing was sent and nothing is
+    in flight for that long before every completion arrived.
+``time_limit``
+    The run stops at ``time_limit`` x ``ideal_ns`` + ``linger_ns`` after posting,
+    complete or not.
+``expect``
+    What the scenario shows (text; the assertions are in ``tests/test_sim.py``).
+
+Link rates: a NIC moves one 64-bit beat per 8 ns clock, 8 Gb/s over all its
+planes together; host and fabric links run at 10 Gb/s per plane unless a
+scenario says otherwise, so the NIC is the bottleneck, even with a plane down.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from mrcnic.sim.topology import ClosTopology
+
+__all__ = ["SCENARIOS", "get_scenario", "make_configs", "scenario_names", "MAX_SIZE",
+           "REGION_VA", "REGION_BASE", "SRC_BASE"]
+
+_FABRIC = dict(rate_gbps=10.0, latency_ns=200.0, host_rate_gbps=10.0, host_latency_ns=100.0,
+               switch_latency_ns=0.0, queue_bytes=256 * 1024, ecn_threshold_bytes=64 * 1024,
+               trim=True, trim_dscp=46, trim_queue_bytes=8 * 1024)
+
+_DEFAULT = dict(
+    description="two NICs, four planes, one RDMA WRITE sprayed over 128 EVs, "
+                "one fabric link (plane 2, nic0's leaf to spine 6) fails mid-transfer",
+    topology=dict(planes=4, leaves=2, spines=32, hosts_per_leaf=1),
+    fabric=_FABRIC,
+    nics=[0, 1],
+    configs=["examples/two_nics.toml", "examples/nic1.toml"],
+    evs=128,
+    transfers=[{"src": 0, "dst": 1}],
+    size=128 * 1024,
+    test_size=32 * 1024,
+    # The spray walks the profile in order (entry i: spine i // 4, plane i % 4, EV i), one
+    # packet per entry per round: entry 26 (plane 2, spine 6) carries packet 26, which
+    # leaves after the failure at 0.15 x ideal for every size from 32 KiB to 128 KiB.
+    failures=[{"action": "fail_link", "target": ["p2.leaf0", "p2.spine6"], "at": 0.15}],
+    slow_links=[],
+    background=[],
+    linger_ns=2000.0,
+    time_limit=4.0,
+    ack_every=4,
+    ack_timeout=64,
+    expect="bytes_delivered == bytes_posted, no mismatch; the EV on the failed link goes "
+           "ASSUMED_BAD (>= 1 EV event), its PSNs are retransmitted elsewhere; completion "
+           "within 1.5 x ideal; no data leaves on the failed path after the failover",
+)
+
+
+def _variant(base: dict, **changes) -> dict:
+    out = copy.deepcopy(base)
+    out.update(copy.deepcopy(changes))
+    return out
+
+
+SCENARIOS: dict[str, dict] = {
+    "default": _DEFAULT,
+    "clean": _variant(
+        _DEFAULT, failures=[],
+        description="the default scenario without the failure (two NICs, four planes, 128 EVs)",
+        expect="exact delivery at about the ideal time, no retransmission"),
+    "plane-down": _variant(
+        _DEFAULT, failures=[{"action": "fail_plane", "target": 2, "at": 0.3}],
+        description="the default pair; every switch of plane 2 fails mid-transfer",
+        expect="exact delivery; every EV of plane 2 that loses a packet goes ASSUMED_BAD "
+               "(never below ev_min_active) and plane 2 carries no data after the last one"),
+    "link-flap": _variant(
+        _DEFAULT,
+        # entry 20 (plane 0, spine 5) carries packet 20 while the link is down (0.1 x ideal
+        # on); it comes back at 1.2 x ideal, after the transfer, and the probes find it.
+        failures=[{"action": "fail_link", "target": ["p0.leaf1", "p0.spine5"], "at": 0.1},
+                  {"action": "recover_link", "target": ["p0.leaf1", "p0.spine5"], "at": 1.2}],
+        linger_ns=100_000.0,
+        description="the default pair; the link from plane 0's spine 5 to nic1's leaf fails, "
+                    "then comes back",
+        expect="exact delivery; the EV of that link goes ASSUMED_BAD, then GOOD again after "
+               "a probe reply once the link is back"),
+    "trim-incast": dict(
+        description="3:1 incast: three NICs (two on leaf 0, one on the receiver's leaf 1) "
+                    "write into one NIC; host links at 2 Gb/s per plane (8 Gb/s per NIC), "
+                    "small switch queues that trim on overflow",
+        topology=dict(planes=4, leaves=2, spines=4, hosts_per_leaf=3),
+        # 8 KiB of queue at 2 Gb/s is 33 us: the ACK timeout (1.024 us x 2^6 = 66 us) stays
+        # above queueing delay + RTT, so only trims (NACKs) can trigger retransmissions.
+        fabric=dict(_FABRIC, host_rate_gbps=2.0, queue_bytes=8 * 1024,
+                    ecn_threshold_bytes=6 * 1024, trim_queue_bytes=8 * 1024),
+        reliability=dict(ack_timeout_exp=6),
+        nics=[0, 1, 3, 4],
+        configs=None,
+        evs=32,
+        transfers=[{"src": 0, "dst": 3}, {"src": 1, "dst": 3}, {"src": 2, "dst": 3}],
+        size=64 * 1024,
+        test_size=16 * 1024,
+        failures=[], slow_links=[], background=[],
+        linger_ns=2000.0, time_limit=4.0, ack_every=4, ack_timeout=64,
+        expect="trimmed > 0; every trimmed PSN is NACKed at once and retransmitted; no ACK "
+               "timeout (no EV goes ASSUMED_BAD); exact delivery of all three transfers"),
+    "ecn": dict(
+        description="one congested spine: plane 0's spine 0 link from the sender's leaf runs at "
+                    "5 Gb/s and carries 9.5 Gb/s of background traffic (host1 -> host3) for "
+                    "the first half of the transfer",
+        topology=dict(planes=4, leaves=2, spines=4, hosts_per_leaf=2),
+        fabric=dict(_FABRIC, queue_bytes=1024 * 1024, ecn_threshold_bytes=4 * 1024),
+        nics=[0, 2],
+        configs=None,
+        # One EV per path (16), so every EV is used once per 16 packets and ECN steering
+        # (an echoed EV avoided for ecn_hold cycles) shows in its share.
+        evs=16,
+        cc=dict(max_cwnd_bytes=65536, min_cwnd_bytes=4096, base_rtt_ns=10000,
+                target_delay_ns=5000),
+        transfers=[{"src": 0, "dst": 1}],
+        size=256 * 1024,
+        test_size=128 * 1024,
+        failures=[],
+        # The queue grows by about 4.5 Gb/s while the background runs (ECN marks after
+        # ~8 us) and peaks at about half the transfer time of delay: the ACK timeout
+        # (1.024 us x 2^8 = 262 us) stays above it, so the path is congested, not lost.
+        # Spray decisions run up to 16 packets ahead of the wire, so the steering shows from
+        # the second round of the profile on: sizes of 128 KiB and more.
+        slow_links=[{"link": ["p0.leaf0", "p0.spine0"], "rate_gbps": 5.0}],
+        background=[{"src_host": 1, "dst_host": 3, "plane": 0, "spine": 0, "rate_gbps": 9.5,
+                     "payload_bytes": 1024, "from": 0.0, "to": 0.5}],
+        reliability=dict(ack_timeout_exp=8, ecn_hold=10_000),
+        linger_ns=2000.0, time_limit=4.0, ack_every=4, ack_timeout=64,
+        expect="ECN marks on the congested spine's EVs; the congestion window shrinks and those "
+               "EVs carry a smaller share of the data than the others; exact delivery"),
+}
+
+
+def scenario_names() -> list[str]:
+    """Names of the built-in scenarios."""
+    return list(SCENARIOS)
+
+
+def get_scenario(name: str, size: int | None = None, test: bool = False) -> dict:
+    """A copy of built-in scenario ``name`` with ``size`` set (bytes per transfer).
+
+    ``size`` None takes the scenario's ``size`` (``test_size`` when ``test``).
+    Raises ``ValueError`` for an unknown name or a size out of 1..4 MiB.
+    """
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r} (built in: {', '.join(SCENARIOS)})")
+    sc = copy.deepcopy(SCENARIOS[name])
+    sc["name"] = name
+    if size is None:
+        size = sc["test_size"] if test else sc["size"]
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"size must be 1..{MAX_SIZE} bytes, not {size}")
+    sc["size"] = int(size)
+    return sc
+
+
+# --------------------------------------------------------------------------
+# Configuration generation (one TOML text per NIC, checked by loads_config)
+# --------------------------------------------------------------------------
+MAX_SIZE = 1 << 22             #: largest transfer of a scenario, bytes
+REGION_VA = 0x7F00_0000_0000   #: VA of every generated NIC's receive memory region
+REGION_BASE = 0x0010_0000      #: its host address
+SRC_BASE = 0x0100_0000         #: host address of the source buffers (outside the region)
+
+
+def _qpn(transfer: int, side: int) -> int:
+    return 0x100 + 2 * transfer + side
+
+
+def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs: int,
+                 region_bytes: int, pmtu: int = 1024, cc: dict | None = None) -> list[str]:
+    """TOML configuration text of every NIC of a generated scenario.
+
+    NIC *k* sits on host ``nics[k]``.  Each transfer gets a QP at its source
+    (QPN ``0x100 + 2i``) and one at its destination (``0x101 + 2i``), each with
+    an explicit SRV6 EV profile of ``evs`` EVs to the other
+    (:meth:`ClosTopology.ev_profile`, so the EV numbering is the topology's).
+    Each NIC has one memory region of ``region_bytes`` at VA :data:`REGION_VA`,
+    host address :data:`REGION_BASE`, rkey ``0x1000 + k``.  ``cc`` (NSCC
+    parameters, ``[cc_profiles]`` keys) makes every QP use that CC profile.
+    """
+    out = []
+    for k, host in enumerate(nics):
+        lines = [
+            "[nic]", f'name = "nic{k}"', f'mac = "{topo.host_mac(host)}"',
+            f'ipv6 = "{topo.host_ip(host)}"', f"usid = {topo.host_usid(host):#06x}",
+            f"locator_block = {topo.block:#010x}", f"pmtu = {pmtu}", "",
+        ]
+        leaf = topo.leaf_of(host)
+        for p in range(topo.planes):
+            lines += ["[[ports]]", f"id = {p}",
+                      f'next_hop_mac = "02:00:00:01:{p:02x}:{leaf:02x}"', ""]
+        lines += ["[[memory_regions]]", f"va = {REGION_VA:#x}", f"length = {region_bytes}",
+                  f"rkey = {0x1000 + k:#x}", f"base = {REGION_BASE:#x}", "",
+                  "[ev_format_profiles.srv6]", 'mode = "SRV6"', ""]
+        qps = []
+        for i, t in enumerate(transfers):
+            for side, (me, peer) in enumerate(((t["src"], t["dst"]), (t["dst"], t["src"]))):
+                if me != k:
+                    continue
+                prof = f"t{i}_to_nic{peer}"
+                entries = topo.ev_profile(host, nics[peer], evs)
+                lines += [f"[ev_profiles.{prof}]", 'format = "srv6"', 'type = "explicit"',
+                          f"ev_min_active = {max(1, evs // 8)}", "entries = ["]
+                lines += [f"  {{ ev = {e.ev:#x}, port = {e.port}, usids = "
+                          f"[{', '.join(f'{u:#06x}' for u in e.usids)}] }}," for e in entries]
+                lines += ["]", ""]
+                qps.append((_qpn(i, side), _qpn(i, 1 - side), prof))
+        if cc:
+            lines += ["[cc_profiles.scenario]"] + [f"{k} = {v!r}" for k, v in cc.items()] + [""]
+        for qpn, peer_qpn, prof in qps:
+            lines += ["[[qps]]", f"qpn = {qpn:#x}", f"peer_qpn = {peer_qpn:#x}",
+                      f'ev_profile = "{prof}"'] + (['cc_profile = "scenario"'] if cc else []) + [""]
+        out.append("\n".join(lines))
+    return out
