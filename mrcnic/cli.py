@@ -187,8 +187,13 @@ def bench_tx_cmd(json_path, packets):
     from .sim.bench import bench_tx
 
     console = Console()
-    with console.status("simulating the transmit pipeline (Icarus)..."):
-        rows = bench_tx(packets=packets)
+    if not 1 <= packets <= 64:
+        _fail(f"--packets {packets}: must be 1..64")
+    try:
+        with console.status("simulating the transmit pipeline (Icarus)..."):
+            rows = bench_tx(packets=packets)
+    except (ValueError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
     _print_bench(console, "TX", rows)
     if json_path:
         with open(json_path, "w") as fh:
@@ -210,8 +215,13 @@ def bench_rx_cmd(json_path, packets):
     from .sim.bench import bench_rx
 
     console = Console()
-    with console.status("simulating the receive pipeline (Icarus)..."):
-        rows = bench_rx(packets=packets)
+    if not 1 <= packets <= 64:
+        _fail(f"--packets {packets}: must be 1..64")
+    try:
+        with console.status("simulating the receive pipeline (Icarus)..."):
+            rows = bench_rx(packets=packets)
+    except (ValueError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
     _print_bench(console, "RX", rows)
     if json_path:
         with open(json_path, "w") as fh:

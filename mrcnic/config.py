@@ -47,6 +47,7 @@ __all__ = [
 EV_BITS = {"SRV6": 32, "STEV": 32, "UDP": 14}
 #: Words (128-bit SRH segments) in the hardware segment memory (``PathEntry.seg_base`` is 8 bits).
 MAX_SEGMENTS = 256
+MAX_REGIONS = 4          #: memory regions the receive path holds (RxParser regions=4)
 #: RoCE path MTUs (bytes of payload per packet) and their log2.
 PMTUS = {256: 8, 512: 9, 1024: 10, 2048: 11, 4096: 12}
 _STATES = ("GOOD", "DENIED")
@@ -407,6 +408,9 @@ def _ports(r: _Reader, items) -> list[Port]:
 def _memory_regions(r: _Reader, items) -> list[MemoryRegion]:
     if not isinstance(items, list):
         r.fail("memory_regions", f"must be an array of tables, got {_tname(items)}")
+    if len(items) > MAX_REGIONS:
+        r.fail("memory_regions", f"{len(items)} memory regions given, the hardware holds "
+                                 f"{MAX_REGIONS}")
     regions = []
     for i, tbl in enumerate(items):
         key = f"memory_regions[{i}]"

@@ -192,6 +192,8 @@ def usid_shift(addr) -> str:
 
 def usid_arrival(block: int, usids: list[int]) -> str:
     """Destination address as it arrives: block + the last uSID (the destination NIC's own)."""
+    if not usids:
+        raise ValueError("a path needs at least one uSID")
     return usid_carrier(block, [usids[-1]])
 
 
@@ -247,6 +249,8 @@ class PathEncap:
     sport_bits: int = 12
 
     def carriers(self) -> list[str]:
+        if self.mode not in ("SRV6", "STEV", "UDP"):
+            raise ValueError(f"EV format mode must be SRV6, STEV or UDP, not {self.mode!r}")
         if self.mode != "SRV6":
             return [self.dst_ip]
         return path_carriers(self.block, self.usids)
@@ -350,7 +354,12 @@ def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
     still find the headers): a trimmed frame never carries a valid ICRC and
     is never placed.
     """
-    pkt = Ether(frame)
+    try:
+        pkt = Ether(frame)
+    except (struct.error, IndexError) as exc:
+        raise ValueError(f"not an Ethernet frame ({exc})") from exc
+    if BTH not in pkt or UDP not in pkt:
+        raise ValueError("only a RoCEv2 frame (UDP + BTH) can be trimmed")
     bth = pkt[BTH]
     keep = BTH_HLEN + (RETH_HLEN if bth.opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM) else 0)
     keep += IMM_HLEN if bth.opcode == OP_WRITE_ONLY_IMM else 0
@@ -381,11 +390,16 @@ def arrival_form(frame: bytes, usid_block: int | None = None) -> bytes:
     left; with an SRH, Segments Left becomes 0 and the DA is the last
     carrier (Segment List[0]) shifted likewise (RFC 8754 4.3, RFC 9800 4.1).
     Non-uSID destinations (STEV/UDP modes) are unchanged.  The ICRC field is
-    kept as it is.
+    kept as it is.  Raises ``ValueError`` for a frame that is not IPv6.
     """
     if usid_block is None:
         return frame
-    pkt = Ether(frame)
+    try:
+        pkt = Ether(frame)
+    except (struct.error, IndexError) as exc:
+        raise ValueError(f"not an Ethernet frame ({exc})") from exc
+    if IPv6 not in pkt:
+        raise ValueError("not an IPv6 frame")
     ip = pkt[IPv6]
     srh = pkt.getlayer(IPv6ExtHdrSegmentRouting)
     last = srh.addresses[0] if srh is not None else ip.dst
@@ -408,8 +422,11 @@ def icrc_view(frame: bytes) -> bytes:
     LRH sits where the end of the Ethernet header is), IPv6 Traffic Class,
     Flow Label and Hop Limit, the UDP checksum and BTH byte 4 become ones.
     The ICRC is ``zlib.crc32(view[6:-4])``.  Hardware computes the CRC over
-    exactly this view, so tests compare against it byte for byte.
+    exactly this view, so tests compare against it byte for byte.  Raises
+    ``ValueError`` for a frame too short or without a UDP header.
     """
+    if len(frame) < ETH_HLEN + IPV6_HLEN + UDP_HLEN + BTH_HLEN + ICRC_LEN:
+        raise ValueError(f"a {len(frame)}-byte frame is too short for IPv6/UDP/BTH/ICRC")
     b = bytearray(frame)
     b[6:ETH_HLEN] = b"\xff" * 8
     ip = ETH_HLEN
@@ -421,6 +438,8 @@ def icrc_view(frame: bytes) -> bytes:
         if nh not in (0, 43, 60) or off + 2 > len(b):
             raise ValueError(f"cannot find the UDP header (next header {nh})")
         nh, off = b[off], off + 8 + 8 * b[off + 1]
+    if off + UDP_HLEN + BTH_HLEN + ICRC_LEN > len(b):
+        raise ValueError("the frame ends inside its UDP/BTH headers")
     b[off + 6:off + 8] = b"\xff\xff"
     b[off + UDP_HLEN + 4] = 0xFF
     return bytes(b)
@@ -451,6 +470,10 @@ def check_icrc(frame: bytes, usid_block: int | None = None) -> bool:
     Pass the fabric's ``usid_block`` for a frame captured at the sender (its
     DA is then shifted to the arrival value first); pass ``None`` for a frame
     captured at the receiver or an ordinary-address (STEV/UDP) frame.
+    A malformed frame (not IPv6/UDP/BTH) is simply not valid: ``False``.
     """
-    form = arrival_form(frame, usid_block)
-    return struct.pack("<I", icrc(form)) == frame[-ICRC_LEN:]
+    try:
+        form = arrival_form(frame, usid_block)
+        return struct.pack("<I", icrc(form)) == frame[-ICRC_LEN:]
+    except (ValueError, struct.error):
+        return False

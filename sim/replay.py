@@ -30,7 +30,8 @@ def load_frames(path, default_plane: int = 0) -> list[tuple[int, bytes]]:
     for pkt in packets:
         iface = getattr(pkt, "sniffed_on", None) or ""
         m = re.fullmatch(r"plane(\d+)", str(iface))
-        out.append((int(m.group(1)) if m else plane, bytes(pkt)))
+        raw = getattr(pkt, "original", None)          # the captured bytes, not a rebuild
+        out.append((int(m.group(1)) if m else plane, bytes(raw if raw is not None else pkt)))
     return out
 
 

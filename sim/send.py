@@ -56,6 +56,9 @@ def run_send(config, *, qp: int, size: int, out=None, peer_config=None, va=None,
         raise ValueError(f"--qp {qp}: {config} has {len(cfg.qps)} QP(s) in [[qps]] (0-based index)")
     if not 1 <= size <= 1 << 31:
         raise ValueError(f"--size {size}: must be 1..{1 << 31} bytes")
+    for name, value, bits in (("--va", va, 64), ("--rkey", rkey, 32), ("--imm", imm, 32)):
+        if value is not None and not 0 <= value < 1 << bits:
+            raise ValueError(f"{name} {value:#x}: must fit {bits} bits (0..{(1 << bits) - 1:#x})")
     if va is None or rkey is None:
         region = load_config(peer_config).memory_regions[0] if peer_config else None
         va = va if va is not None else (region.va if region else 0)

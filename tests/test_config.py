@@ -592,3 +592,21 @@ def test_shared_profile_shares_range(tmp_path):
                 "peer_ipv6 = \"fd00::2\"\nev_profile = \"u\"\n\n[[qps]]\nqpn = 0x14\npeer_qpn = 5\n"
                 "peer_ipv6 = \"fd00::3\"\nev_profile = \"u\"", text)
     refused(tmp_path, text, "qps[3].peer_ipv6", "share its destination address")
+
+
+def test_too_many_memory_regions_refused(tmp_path):
+    from mrcnic.config import ConfigError, MAX_REGIONS, load_config
+    text = (EXAMPLES / "nic1.toml").read_text()
+    extra = "".join(f"""
+[[memory_regions]]
+va = {0x1000_0000 * (k + 1):#x}
+length = 0x1000
+rkey = {0x900 + k:#x}
+base = {0x0100_0000 + 0x10000 * k:#x}
+""" for k in range(MAX_REGIONS))
+    bad = tmp_path / "five.toml"
+    bad.write_text(text + extra)
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert "five.toml" in str(err.value) and "memory_regions" in str(err.value)
+    assert "hardware holds 4" in str(err.value)

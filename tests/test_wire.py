@@ -86,3 +86,16 @@ def test_stev_and_udp_modes():
                                           payload=b"x"))
         assert pkt[IPv6].dst == "fc00:99::2" and pkt[IPv6].fl == fl and pkt["UDP"].sport == sport
         assert scapy_icrc(bytes(pkt)) == bytes(pkt)[-4:]
+
+
+@pytest.mark.parametrize("junk", [b"", b"\x00" * 13, bytes(Ether() / (b"x" * 60)),
+                                  bytes(Ether() / IPv6(nh=59) / (b"y" * 20))])
+def test_helpers_refuse_malformed_frames(junk):
+    """Malformed frames are invalid (False) or a ValueError, never an IndexError."""
+    assert not wire.check_icrc(junk, BLOCK) and not wire.check_icrc(junk)
+    checks = [lambda: wire.icrc_view(junk), lambda: wire.trim_frame(junk)]
+    if IPv6 not in Ether(junk) if len(junk) >= 14 else True:
+        checks.append(lambda: wire.arrival_form(junk, BLOCK))
+    for fn in checks:
+        with pytest.raises(ValueError):
+            fn()
