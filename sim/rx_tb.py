@@ -331,6 +331,7 @@ if cocotb is not None:
                         duplicates=int(dut.duplicates.value),
                         out_of_window=int(dut.out_of_window.value),
                         acks_sent=int(dut.acks_sent.value), acks_received=len(tb.ack_rx.items),
+                        accepted=int(dut.accepted.value),
                         mem_base=lo)
         Path(tb_param("out")).write_text(json.dumps(dict(
             verdicts=verdicts, cpl_counts=cpl_counts, writes={str(k): v for k, v in tb.writes.items()},
