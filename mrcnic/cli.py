@@ -10,6 +10,7 @@ import sys
 import click
 
 from . import __version__
+from .fw.cli import INT
 
 __all__ = ["main"]
 
@@ -25,19 +26,6 @@ def _fail(message: str):
     sys.exit(2)
 
 
-class _IntType(click.ParamType):
-    name = "INT"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return int(value, 0)
-        except ValueError:
-            self.fail(f"{value!r} is not an integer (decimal or 0x...)", param, ctx)
-
-
-INT = _IntType()
 
 
 @main.command()
@@ -173,59 +161,46 @@ def bench():
     """Cycle-accurate throughput benchmarks (beats / cycles)."""
 
 
+_PACKETS = click.option("--packets", type=click.IntRange(1, 64), default=48, show_default=True,
+                        help="Back-to-back packets per case.")
+_BENCH_JSON = click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+                           help="Write the rows as JSON.")
+
+
 @bench.command("tx")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the rows as JSON.")
-@click.option("--packets", type=int, default=48, show_default=True,
-              help="Back-to-back packets per case.")
+@_BENCH_JSON
+@_PACKETS
 def bench_tx_cmd(json_path, packets):
     """Transmit pipeline: beats and cycles per payload size, with and without SRH."""
-    import json
-
-    from rich.console import Console
-
     from .sim.bench import bench_tx
-
-    console = Console()
-    if not 1 <= packets <= 64:
-        _fail(f"--packets {packets}: must be 1..64")
-    try:
-        with console.status("simulating the transmit pipeline (Icarus)..."):
-            rows = bench_tx(packets=packets)
-    except (ValueError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
-    _print_bench(console, "TX", rows)
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump({"bench": "tx", "rows": rows}, fh, indent=2)
-        click.echo(f"wrote {json_path}")
+    _run_bench("tx", "transmit", bench_tx, packets, json_path)
 
 
 @bench.command("rx")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the rows as JSON.")
-@click.option("--packets", type=int, default=48, show_default=True,
-              help="Back-to-back packets per case.")
+@_BENCH_JSON
+@_PACKETS
 def bench_rx_cmd(json_path, packets):
     """Receive pipeline: input beats and cycles per payload size (valid frames, one plane)."""
+    from .sim.bench import bench_rx
+    _run_bench("rx", "receive", bench_rx, packets, json_path)
+
+
+def _run_bench(name, pipeline, bench_fn, packets, json_path):
+    """Run one bench with a status line, print its table, write its JSON."""
     import json
 
     from rich.console import Console
 
-    from .sim.bench import bench_rx
-
     console = Console()
-    if not 1 <= packets <= 64:
-        _fail(f"--packets {packets}: must be 1..64")
     try:
-        with console.status("simulating the receive pipeline (Icarus)..."):
-            rows = bench_rx(packets=packets)
+        with console.status(f"simulating the {pipeline} pipeline (Icarus)..."):
+            rows = bench_fn(packets=packets)
     except (ValueError, RuntimeError, OSError) as exc:
         _fail(str(exc))
-    _print_bench(console, "RX", rows)
+    _print_bench(console, name.upper(), rows)
     if json_path:
         with open(json_path, "w") as fh:
-            json.dump({"bench": "rx", "rows": rows}, fh, indent=2)
+            json.dump({"bench": name, "rows": rows}, fh, indent=2)
         click.echo(f"wrote {json_path}")
 
 
