@@ -17,7 +17,7 @@ See ``docs/boards.md`` for flashing and wiring.
 """
 
 from amaranth.build import Attrs, Pins, PinsN, Resource, Subsignal
-from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Instance, Signal
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from scapy.contrib.roce import AETH, BTH
 from scapy.fields import (BitField, ByteField, FlagsField, IntField,
-                          LongField, ShortField, XBitField, XIntField,
+                          ShortField, XIntField,
                           XLongField)
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting

@@ -276,7 +276,7 @@ class CsrBank(wiring.Component):
 
     def _write(self, m, r, src, store, readback, legal, w_data, bmask, ro_writes, w1c_clear, wait):
         """Statements of a write of ``w_data`` (byte mask ``bmask``) to register ``r``."""
-        axil, rm = self.s_axil, self.regmap
+        axil = self.s_axil
         if r.access is Access.RO:
             m.d.sync += ro_writes.eq(ro_writes + 1)
             return

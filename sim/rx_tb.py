@@ -23,9 +23,9 @@ from pathlib import Path
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
-from mrcnic.rtl.layouts import EvState, PathEntry
+from mrcnic.rtl.layouts import PathEntry
 from mrcnic.rtl.rx import RxPipeline
 from mrcnic.rtl.spray import SprayScheduler
 

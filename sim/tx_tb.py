@@ -17,7 +17,6 @@ its ``local_addr`` before traffic starts.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -17,7 +17,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from mrcnic.boards.build import (build_board, make_top, parse_pnr_utilisation, parse_report,
+from mrcnic.boards.build import (make_top, parse_pnr_utilisation, parse_report,
                                  parse_yosys_stat)
 from mrcnic.boards.common import AxilSplit, BoardRegs, HostMemory, PortAdminGate
 from mrcnic.rtl.layouts import Completion, WorkRequest

@@ -37,7 +37,7 @@ from mrcnic.regmap import REGMAP
 from mrcnic.rtl.csr import CsrBank
 from mrcnic.rtl.layouts import EvState, PathEntry
 from mrcnic.rtl.uart_bridge import CRC8, UartAxilBridge
-from mrcnic.sim.rtlsim import run_rtl, tb_param
+from mrcnic.sim.rtlsim import run_rtl
 from mrcnic.sim.tb import start
 
 CLK_HZ = 125_000_000
