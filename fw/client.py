@@ -241,8 +241,10 @@ class _Ops:
     def _set_ev_weight(self, index, weight):
         yield from self._write_fields("EV_WEIGHT_SET", index=index, weight=weight)
 
-    def _probe(self, index):
-        yield from self._write_fields("EV_PROBE_REQ", index=index)
+    def _probe(self, index, qp=0):
+        """EV probe on entry ``index``; ``qp`` = the QP whose EV profile holds it
+        (its peer answers the probe)."""
+        yield from self._write_fields("EV_PROBE_REQ", index=index, qp=qp)
 
     def _pop_probe_reply(self):
         """Pop the head probe reply; None when there is none."""
@@ -310,7 +312,7 @@ class CsrClient(_Ops):
     ``write_field(name, field, value)`` (read-modify-write on RW registers),
     ``write_table(table, index, record)``, ``read_table(table, index)``,
     ``pop_event()``, ``set_ev_state(index, state)``, ``set_ev_weight(index,
-    weight)``, ``probe(index)``, ``pop_probe_reply()``, ``identity()``.
+    weight)``, ``probe(index, qp=0)``, ``pop_probe_reply()``, ``identity()``.
     Bus errors raise :class:`~mrcnic.fw.transport.TransportError`.
     """
 

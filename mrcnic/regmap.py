@@ -39,9 +39,11 @@ from dataclasses import dataclass, field as dc_field
 
 from amaranth.lib import data, enum
 
-from .rtl.layouts import (MAX_CARRIERS, MAX_PATHS, MAX_PORTS, MAX_QPS, EvState,
+from .rtl.layouts import (MAX_CARRIERS, MAX_PATHS, MAX_PORTS, MAX_QPS, EvCounters,
+                          EvEventReason, EvState,
                           MemRegion, PathEntry, QpContext, RxQpContext)
 from .rtl.nscc import NsccConfig
+from .rtl.reliability import RelQpParams
 
 __all__ = [
     "Access", "Field", "Register", "Block", "Table", "RegMap", "RegMapError",
@@ -84,6 +86,7 @@ class TableId(enum.Enum, shape=3):
     MR = 4       #: registered memory regions, ``MemRegion``
     CC = 5       #: CC profiles (NSCC parameters), ``rtl/nscc.py`` ``NsccConfig``
     EVCNT = 6    #: per-EV counters, ``EvCounters`` (read only)
+    REL = 7      #: per-QP sender reliability, ``rtl/reliability.py`` ``RelQpParams``
 
 
 class TableOp(enum.Enum, shape=2):
@@ -91,24 +94,6 @@ class TableOp(enum.Enum, shape=2):
     NOP = 0
     WRITE = 1    #: store ``TBL_DATA*`` at ``TBL_INDEX`` of the selected table
     READ = 2     #: load the entry at ``TBL_INDEX`` into ``TBL_DATA*``
-
-
-class EvEventReason(enum.Enum, shape=2):
-    """Why the NIC changed an EV's state (``EV_EVENT.reason``, OCP MRC 1.0 EV event)."""
-    ACK_TIMEOUT = 0      #: loss without trim: GOOD -> ASSUMED_BAD
-    RETRY_EXCEEDED = 1   #: retransmissions on the EV exhausted: GOOD -> ASSUMED_BAD
-    PROBE_REPLY = 2      #: a probe reply came back: ASSUMED_BAD -> GOOD
-
-
-class EvCounters(data.Struct):
-    """Per-EV counters (32-bit, wrap around): data packets sent, clean ACKs, ECN echoes,
-    trim NACKs, ACK timeouts, probes sent."""
-    packets: 32
-    clean_acks: 32
-    ecn_echoes: 32
-    trims: 32
-    timeouts: 32
-    probes: 32
 
 
 @dataclass(frozen=True)
@@ -364,6 +349,12 @@ def build_regmap(ports: int = 4, clock_mhz: int = 125, window: int = 256, region
         Table("evcnt", TableId.EVCNT, EvCounters, paths,
               "Per-EV counters (``EvCounters``), indexed like the path table; read only.",
               writable=False),
+        Table("rel", TableId.REL, RelQpParams, qps,
+              "Sender reliability of each QP (``rtl/reliability.py`` ``RelQpParams``: first PSN, "
+              "EV profile range, ev_min_active, ACK timeout 1.024 us x 2^t, retries, probe "
+              "interval and ECN hold in cycles).  Writing it or the QP's ``cc`` entry "
+              "(re)configures the QP's sender reliability with both and resets its PSN state: "
+              "only while the QP is idle."),
     ]
     words = max(t.words for t in tables)
 
@@ -440,13 +431,16 @@ def build_regmap(ports: int = 4, clock_mhz: int = 125, window: int = 256, region
          "Set an entry's weight.", {}),
         ("EV_EVENT", RO, [Field("index", 0, 8, 0, "path-table entry"),
                           Field("state", 8, 2, 0, "its new state", enum=EvState),
-                          Field("reason", 12, 2, 0, "why", enum=EvEventReason),
+                          Field("reason", 12, 3, 0, "why", enum=EvEventReason),
                           Field("valid", 31, 1, 0, "an event is present")],
          "Head of the EV event queue; reading it pops the event (``ev_event_rd_stb``).",
          dict(read_strobe=True)),
         ("EV_EVENT_COUNT", RO, _v(16), "Events waiting in the queue.", {}),
-        ("EV_PROBE_REQ", CMD, [Field("index", 0, 8, 0, "path-table entry to probe")],
-         "Send an EV probe on the entry's {EV, port}.", {}),
+        ("EV_PROBE_REQ", CMD, [Field("index", 0, 8, 0, "path-table entry to probe"),
+                               Field("qp", 8, 3, 0, "QP whose EV profile holds the entry",
+                                     values=range(qps))],
+         "Send an EV probe on the entry's {EV, port}; its reply (if the path works) appears "
+         "in ``EV_PROBE_STATUS``.  One probe is tracked at a time.", {}),
         ("EV_PROBE_STATUS", RO, [Field("index", 0, 8, 0, "entry the reply belongs to"),
                                  Field("valid", 31, 1, 0, "a probe reply is present")],
          "Head of the probe-reply queue; read it first, then ``EV_PROBE_RTT``.", {}),

@@ -17,7 +17,7 @@ __all__ = [
     "PathEntry", "SprayReq", "Decision", "QpContext", "NicGlobals", "WorkRequest", "TxPacket",
     "RxKind", "MemRegion", "RxQpContext", "AckInfo", "RxPacket",
     "PlaceCmd", "AckRequest", "Completion",
-    "SentInfo", "RetxReq", "EvEventReason", "EvEvent", "ProbeReq",
+    "SentInfo", "RetxReq", "EvEventReason", "EvEvent", "EvCounters", "EvCounterKind", "ProbeReq",
 ]
 
 MAX_PORTS = 8        #: planes a NIC may have (port field is 3 bits)
@@ -308,6 +308,28 @@ class EvEvent(data.Struct):
     state: EvState
     reason: EvEventReason
     rtt_ns: 32
+
+
+class EvCounters(data.Struct):
+    """Per-EV counters of one path-table entry (32-bit each, wrap around; OCP MRC 1.0 EV
+    statistics): data packets sent (new and retransmitted), clean ACKs, ECN echoes, trim
+    NACKs, ACK timeouts, probes sent.  Field order = :class:`EvCounterKind` order."""
+    packets: 32
+    clean_acks: 32
+    ecn_echoes: 32
+    trims: 32
+    timeouts: 32
+    probes: 32
+
+
+class EvCounterKind(enum.Enum, shape=3):
+    """Which :class:`EvCounters` field an increment goes to (same order as the fields)."""
+    PACKET = 0      #: a data packet was sprayed on the entry
+    CLEAN_ACK = 1   #: an ACK without ECN echo came back for a packet sent on it
+    ECN_ECHO = 2    #: an ACK with ECN echo came back for a packet sent on it
+    TRIM = 3        #: a trim NACK came back for a packet sent on it
+    TIMEOUT = 4     #: a packet sent on it timed out (ACK timeout)
+    PROBE = 5       #: an EV probe was sent on it
 
 
 class ProbeReq(data.Struct):

@@ -25,15 +25,18 @@ Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper, OCP MRC 1.0
 (EV profiles, EV states).
 """
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mrcnic import wire
 from .axi import Axi4ReadSignature, Axi4Signature, Axi4WriteSignature
 from .axis import AxiStreamSignature
 from .ack_gen import ProbeFrameReq
-from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvEvent, EvState, MemRegion,
-                      NicGlobals, PathEntry, ProbeReq, QpContext, RxQpContext, WorkRequest)
+from .ev_counters import EvCounterBank
+from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvCounters, EvEvent, EvState,
+                      MemRegion, NicGlobals, PathEntry, ProbeReq, QpContext, RxKind, RxQpContext,
+                      WorkRequest)
 from .path_table import PathTable
 from .plane_mux import PlaneMux
 from .reliability import RelQpConfig, SenderReliability
@@ -41,7 +44,20 @@ from .rx import RxPipeline
 from .spray import SprayScheduler
 from .tx import TxPipeline
 
-__all__ = ["MRCNic"]
+__all__ = ["MRCNic", "ManualProbe", "ProbeReply"]
+
+
+class ManualProbe(data.Struct):
+    """A controller-requested EV probe (``EV_PROBE_REQ``): entry ``index``, sent for QP ``qp``
+    (the QP whose EV profile holds the entry: its context gives the peer QPN and uSID)."""
+    qp: 3
+    index: 8
+
+
+class ProbeReply(data.Struct):
+    """The reply to a :class:`ManualProbe`: entry ``index``, round-trip time ``rtt_ns`` (ns)."""
+    index: 8
+    rtt_ns: 32
 
 
 class MRCNic(wiring.Component):
@@ -131,6 +147,21 @@ class MRCNic(wiring.Component):
         Sender-reliability counters.
     cwnd : Out(ArrayLayout(32, qps))
         NSCC congestion window of each QP, bytes.
+    probe_req : In(stream.Signature(ManualProbe))
+        Controller EV probes (OCP MRC EV probe on {EV, port} of a path-table
+        entry).  Taken when the probe path is free (sender reliability's own
+        probes share it).  One is tracked at a time: a new one replaces the
+        pending one, whose reply is then ignored.
+    probe_reply : Out(stream.Signature(ProbeReply))
+        The reply of the pending controller probe (matched by the echoed EV and
+        time stamp), with its RTT in ns; 4-deep FIFO, a reply that finds it
+        full is dropped.  No reply (broken path) means nothing comes out.
+    evcnt_rd_en, evcnt_rd_addr, evcnt_rd_data : In(1), In(8), Out(EvCounters)
+        Per-EV counters (:class:`~mrcnic.rtl.ev_counters.EvCounterBank`):
+        data packets sent (new and retransmitted), clean ACKs, ECN echoes, trim
+        NACKs, ACK timeouts, probes sent, per path-table entry; read latency 1.
+    evcnt_dropped : Out(32)
+        Per-EV counter increments lost to a full queue.
 
     Latency and throughput are those of the pipelines plus zero cycles for the
     plane multiplexers (combinational pass-through, frame-level arbitration).
@@ -174,6 +205,10 @@ class MRCNic(wiring.Component):
             "ecn_echoes": Out(32), "clean_acks": Out(32), "probes_sent": Out(32),
             "probe_replies": Out(32), "ev_events": Out(32),
             "cwnd": Out(data.ArrayLayout(32, qps)),
+            "probe_req": In(stream.Signature(ManualProbe)),
+            "probe_reply": Out(stream.Signature(ProbeReply)),
+            "evcnt_rd_en": In(1), "evcnt_rd_addr": In(8), "evcnt_rd_data": Out(EvCounters),
+            "evcnt_dropped": Out(32),
         }
         for i in range(ports):
             members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
@@ -293,7 +328,12 @@ class MRCNic(wiring.Component):
         * each ProbeReq reads its entry from ``probe_table`` (a third copy of
           the path table, written like the others) and goes to the ACK
           generator as a probe frame;
-        * EV events and send completions leave the NIC.
+        * EV events and send completions leave the NIC;
+        * controller probes (``probe_req``) share the probe path; the reply whose
+          echoed EV and time stamp match the pending one leaves on ``probe_reply``;
+        * per-EV counters count sprayed packets, reliability's per-entry ACK /
+          timeout outcomes and probes;
+        * a controller state or entry write clears reliability's ASSUMED_BAD mark.
         """
         wiring.connect(m, tx.sent, rel.sent)
         wiring.connect(m, rel.retx, tx.retx)
@@ -317,23 +357,71 @@ class MRCNic(wiring.Component):
         with m.If(rx.ack_rx.valid & rx.ack_rx.ready):
             m.d.sync += self.acks_received.eq(self.acks_received + 1)
 
-        # Probe path: ProbeReq -> read the entry (one cycle) -> ProbeFrameReq.
+        m.d.comb += [rel.ctl_st_en.eq(self.pt_st_en | self.pt_w_en),
+                     rel.ctl_st_addr.eq(Mux(self.pt_st_en, self.pt_st_addr, self.pt_w_addr))]
+
+        # Probe path: ProbeReq (reliability) or ManualProbe (controller) -> read the
+        # entry (one cycle) -> ProbeFrameReq.  Reliability's probes have priority.
         req = Signal(ProbeReq)
+        req_manual = Signal()
         pending = Signal()
         out = Signal(ProbeFrameReq)
         out_valid = Signal()
+        free = ~pending & ~out_valid
+        take_rel = rel.probe.valid & free
+        take_man = self.probe_req.valid & free & ~rel.probe.valid
+        man = Signal(ProbeReq)
         m.d.comb += [
-            rel.probe.ready.eq(~pending & ~out_valid),
-            probe_table.rd_en.eq(rel.probe.valid & rel.probe.ready),
-            probe_table.rd_addr.eq(rel.probe.payload.index),
+            man.qp.eq(self.probe_req.payload.qp), man.index.eq(self.probe_req.payload.index),
+            man.ts.eq(rel.now_ns),
+            rel.probe.ready.eq(free),
+            self.probe_req.ready.eq(free & ~rel.probe.valid),
+            probe_table.rd_en.eq(take_rel | take_man),
+            probe_table.rd_addr.eq(Mux(take_rel, rel.probe.payload.index,
+                                       self.probe_req.payload.index)),
             rx.probe.payload.eq(out), rx.probe.valid.eq(out_valid),
         ]
-        with m.If(rel.probe.valid & rel.probe.ready):
-            m.d.sync += [req.eq(rel.probe.payload), pending.eq(1)]
+        with m.If(take_rel):
+            m.d.sync += [req.eq(rel.probe.payload), req_manual.eq(0), pending.eq(1)]
+        with m.Elif(take_man):
+            m.d.sync += [req.eq(man), req_manual.eq(1), pending.eq(1)]
+        # the pending controller probe: {index, EV, ts}
+        pm_valid, pm_index, pm_ev, pm_ts = Signal(), Signal(8), Signal(32), Signal(32)
         with m.If(pending):
             m.d.sync += [
                 out.qp.eq(req.qp), out.probe_id.eq(req.index), out.ts.eq(req.ts),
                 out.entry.eq(probe_table.rd_data), out_valid.eq(1), pending.eq(0),
             ]
+            with m.If(req_manual):
+                m.d.sync += [pm_valid.eq(1), pm_index.eq(req.index),
+                             pm_ev.eq(probe_table.rd_data.ev), pm_ts.eq(req.ts)]
         with m.If(rx.probe.valid & rx.probe.ready):
             m.d.sync += out_valid.eq(0)
+
+        # controller probe replies: a probe-reply ACK echoing the pending EV and ts
+        m.submodules.probe_reply_fifo = prf = fifo.SyncFIFOBuffered(
+            width=ProbeReply.as_shape().size, depth=4)
+        a = rx.ack_rx
+        reply = Signal(ProbeReply)
+        hit = (a.valid & a.ready & (a.payload.kind == RxKind.ACK) & pm_valid
+               & ((a.payload.ack.flags & wire.SACK_PROBE_REPLY) != 0)
+               & (a.payload.ack.ev == pm_ev) & (a.payload.ack.ts == pm_ts))
+        m.d.comb += [reply.index.eq(pm_index), reply.rtt_ns.eq(rel.now_ns - pm_ts),
+                     prf.w_en.eq(hit), prf.w_data.eq(reply),
+                     self.probe_reply.valid.eq(prf.r_rdy), self.probe_reply.payload.eq(prf.r_data),
+                     prf.r_en.eq(self.probe_reply.ready)]
+        with m.If(hit):
+            m.d.sync += pm_valid.eq(0)
+
+        # per-EV counters
+        m.submodules.evcnt = evcnt = EvCounterBank(self.paths)
+        sent = tx.sent
+        m.d.comb += [
+            evcnt.sent_en.eq(sent.valid & sent.ready), evcnt.sent_index.eq(sent.payload.index),
+            evcnt.stat_en.eq(rel.stat_en), evcnt.stat_index.eq(rel.stat_index),
+            evcnt.stat_kind.eq(rel.stat_kind),
+            evcnt.probe_en.eq(rx.probe.valid & rx.probe.ready),
+            evcnt.probe_index.eq(out.probe_id[:8]),
+            evcnt.rd_en.eq(self.evcnt_rd_en), evcnt.rd_addr.eq(self.evcnt_rd_addr),
+            self.evcnt_rd_data.eq(evcnt.rd_data), self.evcnt_dropped.eq(evcnt.dropped),
+        ]

@@ -33,11 +33,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from mrcnic import wire
-from .layouts import (MAX_PATHS, MAX_QPS, Completion, EvEvent, EvEventReason, EvState,
+from .layouts import (MAX_PATHS, MAX_QPS, Completion, EvCounterKind, EvEvent, EvEventReason,
+                      EvState,
                       ProbeReq, RetxReq, RxKind, RxPacket, SentInfo)
 from .nscc import Nscc, NsccConfig
 
-__all__ = ["SenderReliability", "RelQpConfig", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
+__all__ = ["SenderReliability", "RelQpConfig", "RelQpParams", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
            "AVOID_SLOTS", "MAX_TIMEOUT_EXP"]
 
 SENT_FIFO_DEPTH = 16   #: SentInfo records buffered (16 back-to-back packets are never refused)
@@ -72,6 +73,19 @@ class RelQpConfig(data.Struct):
     probe_interval: 24
     ecn_hold: 24
     nscc: NsccConfig
+
+
+class RelQpParams(data.Struct):
+    """:class:`RelQpConfig` without its ``nscc`` part: the register map's ``rel`` table
+    (the ``cc`` table holds the NSCC part; the CSR glue joins the two)."""
+    start_psn: 24
+    profile_base: 8
+    profile_count: 9
+    ev_min_active: 9
+    ack_timeout_exp: 5
+    retry_count: 4
+    probe_interval: 24
+    ecn_hold: 24
 
 
 _Slot = data.StructLayout({
@@ -226,6 +240,17 @@ class SenderReliability(wiring.Component):
         a message's descriptor once ``una`` has passed its last PSN).
     cwnd, inflight : Out(data.ArrayLayout(32, qps))
         NSCC window and bytes in flight per QP.
+    ctl_st_en, ctl_st_addr : In(1), In(8)
+        The controller set entry ``ctl_st_addr``'s state (EV_STATE_SET): this
+        block forgets its ASSUMED_BAD mark, so it neither probes the entry nor
+        sets it GOOD on a probe reply (a DENIED entry stays DENIED).
+    stat_en, stat_index, stat_kind : Out(1), Out(8), Out(EvCounterKind)
+        Per-EV counter pulse (registered, one per cycle at most): the entry of
+        an ACK's finish cycle (TRIM for a trim NACK, else ECN_ECHO or
+        CLEAN_ACK) or of an ACK timeout (TIMEOUT).  Feeds
+        :class:`~mrcnic.rtl.ev_counters.EvCounterBank`.
+    now_ns : Out(32)
+        This block's time base (ns, wraps), the ``ts`` of probes.
     retransmissions, timeouts, trim_nacks, ecn_echoes, clean_acks, probes_sent,
     probe_replies, ev_events, events_dropped, min_active_holds, sent_dropped,
     acks_dropped : Out(32)
@@ -265,6 +290,12 @@ class SenderReliability(wiring.Component):
             "cwnd": Out(data.ArrayLayout(32, qps)),
             "inflight": Out(data.ArrayLayout(32, qps)),
             "una": Out(data.ArrayLayout(24, qps)),
+            "ctl_st_en": In(1),
+            "ctl_st_addr": In(8),
+            "stat_en": Out(1),
+            "stat_index": Out(8),
+            "stat_kind": Out(EvCounterKind),
+            "now_ns": Out(32),
         }
         ports.update({name: Out(32) for name in self._counters})
         super().__init__(ports)
@@ -285,6 +316,11 @@ class SenderReliability(wiring.Component):
 
         now = Signal(32)
         m.d.sync += now.eq(now + self.clk_ns)
+        m.d.comb += self.now_ns.eq(now)
+        m.d.sync += self.stat_en.eq(0)
+
+        def stat(index, kind):
+            m.d.sync += [self.stat_en.eq(1), self.stat_index.eq(index), self.stat_kind.eq(kind)]
 
         # ---- NSCC ------------------------------------------------------
         m.submodules.nscc = nscc = Nscc(qps)
@@ -569,6 +605,7 @@ class SenderReliability(wiring.Component):
             m.d.comb += [retx_push.eq(1), retx_data.eq(to)]
             m.d.sync += to_pending.eq(0)
             inc(self.timeouts)
+            stat(idx, EvCounterKind.TIMEOUT)
             in_prof = Signal()
             m.d.comb += in_prof.eq((idx < paths) & pmask.bit_select(idx[:ibits], 1))
             with m.If((idx < paths) & self.eligible.bit_select(idx[:ibits], 1)
@@ -626,6 +663,12 @@ class SenderReliability(wiring.Component):
                              retx_data.psn.eq(job.ack.base_psn), retx_data.avoid_index.eq(trim_idx)]
             inc(self.trim_nacks, f_trim)
             inc(self.probe_replies, f_probe)
+            with m.If(trim_v):
+                stat(trim_idx, EvCounterKind.TRIM)
+            with m.Elif(hit_v & f_ecn):
+                stat(hit_idx, EvCounterKind.ECN_ECHO)
+            with m.Elif(hit_v & ~f_trim & ~f_probe):
+                stat(hit_idx, EvCounterKind.CLEAN_ACK)
             with m.If(f_ecn):
                 inc(self.ecn_echoes)
                 others = (good & ~avoid_vec & ~hit_bit).any()
@@ -715,7 +758,9 @@ class SenderReliability(wiring.Component):
         w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
         wd = self.cfg_w_data
         wmask = _profile_mask(m, paths, wd.profile_base, wd.profile_count, "wmask")
-        m.d.comb += bad_clr.eq(srch_clr | Mux(w_ok, wmask, 0))
+        ctl_clr = Mux(self.ctl_st_en & (self.ctl_st_addr < paths),
+                      Const(1, paths) << self.ctl_st_addr[:ibits], 0)
+        m.d.comb += bad_clr.eq(srch_clr | Mux(w_ok, wmask, 0) | ctl_clr)
         with m.If(w_ok):
             a = self.cfg_w_addr
             m.d.sync += [cfg[a].eq(wd), qvalid[a].eq(1), una[a].eq(wd.start_psn),

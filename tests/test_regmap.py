@@ -126,10 +126,10 @@ def test_client_tables_events_probes():
     assert c.read_table("cc", 7) == nscc_config()
     assert c.pop_event() is None
     lb.push_event(9, EvState.ASSUMED_BAD.value, EvEventReason.ACK_TIMEOUT.value)
-    lb.push_event(9, EvState.GOOD.value, EvEventReason.PROBE_REPLY.value)
+    lb.push_event(9, EvState.GOOD.value, EvEventReason.PROBE_OK.value)
     assert c.read("EV_EVENT_COUNT") == 2
     assert c.pop_event() == EvEvent(9, EvState.ASSUMED_BAD, EvEventReason.ACK_TIMEOUT)
-    assert c.pop_event() == EvEvent(9, EvState.GOOD, EvEventReason.PROBE_REPLY)
+    assert c.pop_event() == EvEvent(9, EvState.GOOD, EvEventReason.PROBE_OK)
     assert c.pop_event() is None
     c.probe(17)
     c.set_ev_state(4, EvState.DENIED)
