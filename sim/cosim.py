@@ -4,13 +4,14 @@ Two halves, as in the other runners of ``mrcnic.sim``:
 
 * :func:`run_cosim` (plain Python, used by ``mrcnic sim`` and the tests):
   resolves a scenario (:mod:`mrcnic.sim.scenarios`), writes a job file, builds
-  :class:`CosimTop` -- K :class:`~mrcnic.rtl.nic.MRCNic` instances, ports
-  prefixed ``n<k>_`` -- and runs the cocotb test below on it with
+  :class:`CosimTop` -- K :class:`~mrcnic.rtl.csr_nic.CsrNic` instances (an
+  MRCNic behind its CSR bank), ports prefixed ``n<k>_`` -- and runs the cocotb test below on it with
   :func:`mrcnic.sim.rtlsim.run_rtl`, tailing a progress file for a rich
   progress bar; then it writes the report (:mod:`mrcnic.sim.report`).
 * ``run_cosim_job`` (inside the simulator): one 8 ns clock for every NIC; per NIC
-  a cocotbext-axi ``AxiRam`` as host memory, the tables programmed from the NIC's
-  configuration, one ``AxiStreamSink`` per plane output and one
+  a cocotbext-axi ``AxiRam`` as host memory, an ``AxiLiteMaster`` on its CSR
+  bank through which the firmware's provisioning (:mod:`mrcnic.fw.provision`)
+  programs it from the NIC's configuration, one ``AxiStreamSink`` per plane output and one
   ``AxiStreamSource`` per plane input; the :class:`~mrcnic.sim.fabric.Fabric`
   in between.
 
@@ -51,7 +52,7 @@ from amaranth.lib.wiring import In
 __all__ = ["CosimTop", "run_cosim", "nic_verilog", "NIC_MODULE", "NIC_GBPS", "CLK_NS",
            "ideal_times", "COSIM_QPS", "COSIM_PATHS"]
 
-NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached MRCNic
+NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached CsrNic
 CLK_NS = 8                  #: clock period, ns (125 MHz)
 NIC_GBPS = 64 / CLK_NS      #: one 64-bit beat per clock: 8 Gb/s over all planes of a NIC
 COSIM_QPS = 4               #: receive QP contexts of the co-simulated NICs (3:1 incast needs 3)
@@ -71,13 +72,14 @@ def _source_hash(params: dict) -> str:
 
     import amaranth
 
-    import mrcnic.rtl.nic  # noqa: F401 - loads the modules the NIC is built from
+    import mrcnic.rtl.csr_nic  # noqa: F401 - loads the modules the NIC is built from
 
     h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     h.update(amaranth.__version__.encode())
     files = sorted({Path(mod.__file__) for name, mod in list(sys.modules.items())
                     if name.startswith("mrcnic.rtl") and getattr(mod, "__file__", None)})
-    files += [REPO / "mrcnic" / "wire.py", REPO / "sim" / "rtlsim.py"]
+    files += [REPO / "mrcnic" / "wire.py", REPO / "mrcnic" / "regmap.py",
+              REPO / "sim" / "rtlsim.py"]
     for f in files:
         h.update(f.name.encode())
         h.update(f.read_bytes())
@@ -86,33 +88,33 @@ def _source_hash(params: dict) -> str:
 
 def nic_verilog(ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
                 cache_dir=None) -> Path:
-    """Verilog of ``MRCNic(ports, qps, paths)`` as module :data:`NIC_MODULE` (cached).
+    """Verilog of ``CsrNic(ports, qps, paths)`` as module :data:`NIC_MODULE` (cached).
 
     The cache key hashes the parameters, the Amaranth version and the sources of
     ``rtl/``, ``mrcnic/wire.py`` and ``sim/rtlsim.py``; a stale file is never used.
     """
-    from mrcnic.rtl.nic import MRCNic
+    from mrcnic.rtl.csr_nic import CsrNic
 
     from .rtlsim import write_verilog
 
     cache = Path(cache_dir or os.environ.get("MRCNIC_CACHE")
                  or Path.home() / ".cache" / "mrcnic")
-    key = _source_hash(dict(ports=ports, qps=qps, paths=paths))
+    key = _source_hash(dict(top="CsrNic", ports=ports, qps=qps, paths=paths))
     path = cache / f"{NIC_MODULE}-{key}.v"
     if path.exists():
         return path
     tmp = Path(tempfile.mkdtemp(prefix="nic-", dir=cache.parent if cache.exists() else None))
     cache.mkdir(parents=True, exist_ok=True)
-    src = write_verilog(MRCNic(ports=ports, qps=qps, paths=paths), NIC_MODULE, tmp)
+    src = write_verilog(CsrNic(ports=ports, qps=qps, paths=paths), NIC_MODULE, tmp)
     os.replace(src, path)       # atomic: concurrent runs never see half a file
     return path
 
 
 class CosimTop(wiring.Component):
-    """Simulation-only top: ``nics`` MRCNic instances side by side, nothing between them.
+    """Simulation-only top: ``nics`` CsrNic instances side by side, nothing between them.
 
     Every port of NIC *k* appears as ``n<k>_<port>`` (same member, same width
-    and direction as on :class:`~mrcnic.rtl.nic.MRCNic`); ``clk``/``rst`` are
+    and direction as on :class:`~mrcnic.rtl.csr_nic.CsrNic`); ``clk``/``rst`` are
     shared.  The NICs are instances of the Verilog module :data:`NIC_MODULE`
     (from :func:`nic_verilog`), so the top converts in a moment.  The fabric
     between them is the Python model, driven from cocotb.
@@ -122,17 +124,18 @@ class CosimTop(wiring.Component):
     nics : int
         Number of NICs, 1..16.
     ports, qps, paths : int
-        MRCNic parameters (must match the Verilog module built with them).
+        CsrNic parameters (must match the Verilog module built with them).
     """
 
     def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS):
-        from mrcnic.rtl.nic import MRCNic
+        from mrcnic.rtl.csr_nic import CsrNic
 
         if not 1 <= nics <= 16:
             raise ValueError(f"nics must be 1..16, not {nics}")
         self.nics = nics
-        nic = MRCNic(ports=ports, qps=qps, paths=paths)
+        nic = CsrNic(ports=ports, qps=qps, paths=paths)
         nic._MustUse__silence = True          # only its signature is used here
+        nic.core._MustUse__silence = True
         self.nic_signature = nic.signature
         members = {f"n{k}_{name}": member for k in range(nics)
                    for name, member in self.nic_signature.members.items()}
@@ -426,10 +429,14 @@ def _classify(f: bytes):
 
 
 class _Nic:
-    """One co-simulated NIC: its memory, plane sources/sinks and table programming."""
+    """One co-simulated NIC: its memory, plane sources/sinks and its CSR bank (firmware client)."""
 
     def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int):
-        from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
+        from cocotbext.axi import (AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus,
+                                   AxiStreamSink, AxiStreamSource)
+
+        from mrcnic.fw.client import AsyncCsrClient
+        from mrcnic.fw.transport import AxiLiteTransport
 
         self.dut, self.k, self.host, self.ports = dut, k, host, ports
         self.cfg, self.tables = cfg, tables
@@ -442,12 +449,13 @@ class _Nic:
         self.sinks = [AxiStreamSink(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
                                                              bus_separator="__"),
                                     dut.clk, dut.rst) for i in range(ports)]
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{k}_s_axil", bus_separator="__"),
+                                  dut.clk, dut.rst)
+        self.csr = AsyncCsrClient(AxiLiteTransport(self.axil))
         self.cpl_valid = self.sig("recv_cpl__valid")
         self.cpl_payload = self.sig("recv_cpl__payload")
         self.sig("recv_cpl__ready").value = 1
-        for name in ("send_cpl__ready", "ev_event__ready"):
-            if self.has(name):
-                self.sig(name).value = 1
+        self.sig("send_cpl__ready").value = 1
 
     def sig(self, name):
         return getattr(self.dut, self.pre + name)
@@ -456,51 +464,16 @@ class _Nic:
         return hasattr(self.dut, self.pre + name)
 
     async def program(self, ack_every: int, ack_timeout: int, rel_overrides: dict):
-        """Write every table from the NIC's configuration (TxTb.program + RxTb.program),
-        and the sender-reliability context of each QP (``mrcnic.config.rel_qp_configs``)."""
-        from mrcnic.config import rel_qp_configs
-        from mrcnic.rtl.layouts import MemRegion, NicGlobals, PathEntry, QpContext, RxQpContext
-        from mrcnic.rtl.reliability import RelQpConfig
+        """Provision the NIC through its CSR bank, as ``mrcnic fw provision`` does on a board
+        (:func:`mrcnic.fw.provision.provision_plan`), with the scenario's ACK coalescing and
+        sender-reliability overrides."""
+        from mrcnic.fw.provision import apply_plan_async, provision_plan
 
-        from .tb import pack
-
-        t, s, clk = self.tables, self.sig, self.dut.clk
-        s("globals").value = pack(NicGlobals, t.globals)
-        s("next_hop_mac").value = sum(mac << (48 * i) for i, mac in enumerate(t.next_hop_mac))
-        s("own_usid").value = t.local_usid
-        s("locator_block").value = t.locator_block
-        s("own_ip").value = t.globals["src_ip"]
-        s("trim_dscp").value = t.trim_dscp
-        s("ack_every").value = ack_every
-        s("ack_timeout").value = ack_timeout
-        for i, e in enumerate(t.path_entries):
-            s("pt_w_en").value, s("pt_w_addr").value = 1, i
-            s("pt_w_data").value = pack(PathEntry, e)
-            await RisingEdge(clk)
-        s("pt_w_en").value = 0
-        for i, word in enumerate(t.segments):
-            s("seg_w_en").value, s("seg_w_addr").value, s("seg_w_data").value = 1, i, word
-            await RisingEdge(clk)
-        s("seg_w_en").value = 0
-        for i, (txq, rxq) in enumerate(zip(t.qp_contexts, t.rx_qps)):
-            s("qp_w_en").value, s("qp_w_addr").value = 1, i
-            s("qp_w_data").value = pack(QpContext, txq)
-            s("rxqp_w_en").value, s("rxqp_w_addr").value = 1, i
-            s("rxqp_w_data").value = pack(RxQpContext, rxq)
-            await RisingEdge(clk)
-        s("qp_w_en").value = s("rxqp_w_en").value = 0
-        for i, mr in enumerate(t.memory_regions[:4]):
-            s("mr_w_en").value, s("mr_w_addr").value = 1, i
-            s("mr_w_data").value = pack(MemRegion, mr)
-            await RisingEdge(clk)
-        s("mr_w_en").value = 0
-        if self.has("rel_w_en"):
-            for i, rel in enumerate(rel_qp_configs(self.cfg, t, **rel_overrides)):
-                s("rel_w_en").value, s("rel_w_addr").value = 1, i
-                s("rel_w_data").value = pack(RelQpConfig, rel)
-                await RisingEdge(clk)
-            s("rel_w_en").value = 0
-        await ClockCycles(clk, 8)
+        ident = await self.csr.identity()
+        plan = provision_plan(self.cfg, self.tables, ident, rel_overrides=rel_overrides,
+                              ack=(ack_every, ack_timeout))
+        await apply_plan_async(self.csr, plan)
+        await ClockCycles(self.dut.clk, 8)
 
     async def post(self, wrs: list):
         """Hand the work requests to ``s_wr`` one after the other (valid held until ready)."""
@@ -522,13 +495,9 @@ class _Nic:
         valid.value = 0
 
     def counters(self) -> dict:
-        names = ["placed_bytes", "duplicates", "out_of_window", "acks_sent", "accepted",
-                 "wr_refused", "data_frames", "ack_frames", "acks_received"]
-        # Sender reliability counters, present once SenderReliability is wired into MRCNic.
-        names += [n for n in ("retransmits", "timeouts", "trim_nacks", "ecn_echoes",
-                              "clean_acks", "probes_sent", "probe_replies", "ev_events",
-                              "min_active_holds") if self.has(n)]
-        return {n: int(self.sig(n).value) for n in names}
+        """The core's counters (:data:`mrcnic.rtl.csr_nic.STATS`), read from its ports."""
+        from mrcnic.rtl.csr_nic import STATS
+        return {n: int(self.sig(n).value) for n in STATS}
 
     def drops(self) -> dict:
         from mrcnic.rtl.rx_parser import DropReason
@@ -739,8 +708,8 @@ if cocotb is not None:
         receivers = sorted({w["dst"] for w in wrs})
         expected = {k: sum(1 for w in wrs if w["dst"] == k) for k in receivers}
         completions, events, cwnd = [], [], []
-        ev_ports = [n for n in nics if n.has("ev_event__valid")]
-        scpl_ports = [n for n in nics if n.has("send_cpl__valid")]
+        ev_ports = nics
+        scpl_ports = nics
         send_cpls = []
         cwnd_ports = [n for n in nics if n.has("cwnd")]
         # The run allocates many short-lived objects per clock (cocotb triggers, values);
@@ -780,8 +749,8 @@ if cocotb is not None:
                     c = unpack(Completion, int(n.sig("send_cpl__payload").value))
                     send_cpls.append(dict(nic=n.k, qp=int(c["qp"]), psn=int(c["psn"]), t_ns=now))
             for n in ev_ports:
-                if int(n.sig("ev_event__valid").value):
-                    e = unpack(EvEvent, int(n.sig("ev_event__payload").value))
+                if int(n.sig("ev_tap_valid").value):
+                    e = unpack(EvEvent, int(n.sig("ev_tap").value))
                     events.append(dict(nic=n.k, t_ns=now, index=int(e["index"]),
                                        ev=int(e["ev"]), state=_name(e["state"]),
                                        reason=_name(e["reason"]), rtt_ns=int(e["rtt_ns"])))
