@@ -1,14 +1,14 @@
-"""Shared board-top logic: one two-plane :class:`~mrcnic.rtl.nic.MRCNic` with its MACs, memory and control port.
+"""Shared board-top logic: one two-plane NIC (:class:`~mrcnic.rtl.csr_nic.CsrNic`) with its MACs, memory and control port.
 
 Every ECP5 board top (``boards/colorlight.py``, ``boards/versa.py``) is this
 :class:`NicBoardTop` plus the board's clocking and pins::
 
-    UART pins ──► UartAxilBridge ──(AXI4-Lite 16/32)──► AxilSplit ─┬─► CsrBank ──► table shadows ──► MRCNic config ports
+    UART pins ──► UartAxilBridge ──(AXI4-Lite 16/32)──► AxilSplit ─┬─► CsrNic.s_axil (CSR bank ──► MRCNic)
                                                                    └─► BoardRegs ──┬─► s_wr (work requests), recv_cpl FIFO
                                                                                    ├─► MAC / NIC counters, board status
                                                                                    └─► HostMemory word window (0x8000..)
     MRCNic.m_axi (AXI4 64-bit) ──► HostMemory (block RAM, AXI4 subordinate)
-    MRCNic.m_axis_p<i> ──(PORT_ADMIN gate)──► EthMac i ──► RgmiiDdrIo i ──► RGMII pins of PHY i
+    CsrNic.m_axis_p<i> (PORT_ADMIN-gated) ──► EthMac i ──► RgmiiDdrIo i ──► RGMII pins of PHY i
     RGMII pins ──► RgmiiDdrIo i ──► EthMac i ──► MRCNic.s_axis_p<i>
 
 Clock domains: ``sync`` (the NIC core, 125 MHz from the board PLL), ``eth_tx``
@@ -31,14 +31,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..regmap import build_regmap
 from ..rtl.axi import Axi4LiteSignature, Axi4Signature
-from ..rtl.axis import AxiStreamSignature
-from ..rtl.csr import CsrBank
+from ..rtl.csr_nic import TIED_OFF as CSR_TIED_OFF
+from ..rtl.csr_nic import CsrNic
 from ..rtl.eth_mac import EthMac
-from ..rtl.layouts import Completion, PathEntry, WorkRequest
+from ..rtl.layouts import Completion, WorkRequest
 from ..rtl.rgmii import RgmiiDdrIo
 from ..rtl.uart_bridge import UartAxilBridge
 
-__all__ = ["HostMemory", "AxilSplit", "BoardRegs", "PortAdminGate", "NicBoardTop",
+__all__ = ["HostMemory", "AxilSplit", "BoardRegs", "NicBoardTop",
            "BOARD_BASE", "HOSTMEM_BASE", "BOARD_REGS", "TIED_OFF"]
 
 OKAY, SLVERR = 0, 2
@@ -67,16 +67,9 @@ BOARD_REGS = {
     0x0890: ("NIC_NO_PATH", "RO", "bit 0: the current work request has no eligible EV"),
 }
 
-#: Register-map features with no NIC-core port yet: tied off in :class:`NicBoardTop`.
-TIED_OFF = (
-    "cc table (NSCC profiles): stored in a shadow for read-back, not applied (no NSCC in MRCNic)",
-    "evcnt table: reads 0 (no per-EV counters in MRCNic)",
-    "EV_PROBE_*: read 0, EV_PROBE_REQ ignored; EV_EVENT_COUNT reads 0/1 (head valid)",
-    "MRCNic rel_w_* (per-QP reliability config, RelQpConfig): no register-map table, tied 0",
-    "MRCNic send_cpl: consumed and dropped (no register for send completions yet)",
-    "RX_NACKS, TX_RD_ERRORS: read 0",
-    "IRQ_STATUS probe_reply / rx_drop: never set; no irq pin",
-    "MRCNic.avoid: 0",
+#: Register-map features with no NIC-core source yet (see ``mrcnic.rtl.csr_nic.TIED_OFF``).
+TIED_OFF = CSR_TIED_OFF + (
+    "MRCNic send_cpl: consumed and dropped (no board register for send completions yet)",
 )
 
 
@@ -389,35 +382,6 @@ class BoardRegs(wiring.Component):
         return m
 
 
-class PortAdminGate(wiring.Component):
-    """Drops whole frames of a plane that is administratively down (``PORT_ADMIN``).
-
-    Attributes
-    ----------
-    s_axis : In(AxiStreamSignature(64)), m_axis : Out(AxiStreamSignature(64))
-        Frames pass through combinationally (zero latency, ``ready`` passes back).
-    up : In(1)
-        Sampled at each frame's first beat: a frame that starts while ``up`` is low is
-        consumed (``ready`` = 1) and discarded whole; a frame in flight finishes.
-    """
-
-    def __init__(self):
-        super().__init__({"s_axis": In(AxiStreamSignature(64)),
-                          "m_axis": Out(AxiStreamSignature(64)), "up": In(1)})
-
-    def elaborate(self, platform):
-        m = Module()
-        s, o = self.s_axis, self.m_axis
-        mid, passing = Signal(), Signal()
-        pass_now = Mux(mid, passing, self.up)
-        m.d.comb += [o.tdata.eq(s.tdata), o.tkeep.eq(s.tkeep), o.tlast.eq(s.tlast),
-                     o.tvalid.eq(s.tvalid & pass_now),
-                     s.tready.eq(Mux(pass_now, o.tready, 1))]
-        with m.If(s.tvalid & s.tready):
-            m.d.sync += [mid.eq(~s.tlast), passing.eq(pass_now)]
-        return m
-
-
 class NicBoardTop(wiring.Component):
     """Board top: two-plane NIC core, two RGMII MACs, block-RAM host memory, UART control port.
 
@@ -456,6 +420,7 @@ class NicBoardTop(wiring.Component):
         self.hostmem_size, self.baud, self.clk_hz = hostmem_size, baud, clk_hz
         self.regmap = build_regmap(ports=self.ports, clock_mhz=clk_hz // 1_000_000,
                                    window=window, regions=4, paths=paths, qps=qps)
+        # the same map as the core's CSR bank (CsrNic builds it from the same arguments)
         super().__init__({})
 
     # ---- board hooks ---------------------------------------------------------------------------
@@ -494,8 +459,9 @@ class NicBoardTop(wiring.Component):
 
     # ---- the top ---------------------------------------------------------------------------------
     def make_core(self):
-        from ..rtl.nic import MRCNic
-        return MRCNic(ports=self.ports, qps=self.qps, paths=self.paths, window=self.window)
+        """The NIC with its CSR bank (:class:`~mrcnic.rtl.csr_nic.CsrNic`, ``self.regmap``'s build)."""
+        return CsrNic(ports=self.ports, qps=self.qps, paths=self.paths, window=self.window,
+                      clock_mhz=self.clk_hz // 1_000_000, regions=4)
 
     def elaborate(self, platform):
         m = Module()
@@ -503,7 +469,6 @@ class NicBoardTop(wiring.Component):
 
         # ---- NIC core, MACs, PHY I/O -----------------------------------------------------------
         m.submodules.nic = nic = self.make_core()
-        m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=1)
         m.submodules.hostmem = hostmem = HostMemory(self.hostmem_size)
         wiring.connect(m, nic.m_axi, hostmem.s_axi)
         rx_present = []
@@ -542,11 +507,7 @@ class NicBoardTop(wiring.Component):
                 m.d.sync += seen.eq(0)
             rx_present.append(seen)
 
-            gate = PortAdminGate()
-            m.submodules[f"admin{i}"] = gate
-            wiring.connect(m, getattr(nic, f"m_axis_p{i}"), gate.s_axis)
-            wiring.connect(m, gate.m_axis, mac.s_axis)
-            m.d.comb += gate.up.eq(csr.port_admin_up[i])
+            wiring.connect(m, getattr(nic, f"m_axis_p{i}"), mac.s_axis)   # PORT_ADMIN-gated
             wiring.connect(m, mac.m_axis, getattr(nic, f"s_axis_p{i}"))
 
         # ---- control port: UART -> AXI4-Lite -> CSR bank | board registers --------------------
@@ -556,7 +517,7 @@ class NicBoardTop(wiring.Component):
             m.d.comb += [bridge.rx.eq(rx), tx.eq(bridge.tx)]
         m.submodules.axil_split = split = AxilSplit()
         wiring.connect(m, bridge.m_axil, split.s_axil)
-        wiring.connect(m, split.m0_axil, csr.s_axil)
+        wiring.connect(m, split.m0_axil, nic.s_axil)
         m.submodules.board_regs = regs = BoardRegs(self.hostmem_size // 4)
         wiring.connect(m, split.m1_axil, regs.s_axil)
         m.d.comb += [hostmem.win_addr.eq(regs.win_addr), hostmem.win_we.eq(regs.win_we),
@@ -564,6 +525,7 @@ class NicBoardTop(wiring.Component):
                      regs.win_rdata.eq(hostmem.win_rdata), regs.win_done.eq(hostmem.win_done)]
         wiring.connect(m, regs.m_wr, nic.s_wr)
         wiring.connect(m, nic.recv_cpl, regs.s_cpl)
+        m.d.comb += nic.send_cpl.ready.eq(1)
         names = ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
                  "rx_fifo_overflow")
         for p, mac in enumerate(macs):
@@ -576,8 +538,7 @@ class NicBoardTop(wiring.Component):
             regs.status.eq(Cat(locked, *rx_present)),
         ]
 
-        self._wire_csr(m, csr, nic)
-
+ 
         # ---- LEDs and PHY reset ----------------------------------------------------------------
         if platform is not None:
             leds = self.leds(m, platform)
@@ -604,125 +565,3 @@ class NicBoardTop(wiring.Component):
             for r in self.phy_reset(m, platform):
                 m.d.comb += r.eq(~rst_cnt[-1])
         return m
-
-    def _wire_csr(self, m, csr, nic):
-        """CSR bank fields and table strobes -> the core's configuration ports; shadows for read-back."""
-        m.d.comb += [
-            nic.globals.src_mac.eq(Cat(csr.nic_src_mac_lo, csr.nic_src_mac_hi)),
-            nic.globals.src_ip.eq(Cat(csr.nic_src_ip0, csr.nic_src_ip1, csr.nic_src_ip2,
-                                      csr.nic_src_ip3)),
-            nic.globals.dscp.eq(csr.nic_dscp_data),
-            nic.globals.pmtu_log2.eq(csr.nic_pmtu_log2),
-            nic.own_usid.eq(csr.nic_usid), nic.locator_block.eq(csr.nic_locator),
-            nic.own_ip.eq(nic.globals.src_ip), nic.trim_dscp.eq(csr.nic_dscp_trim),
-            nic.ack_every.eq(csr.nic_ack_every), nic.ack_timeout.eq(csr.nic_ack_timeout),
-            nic.avoid.eq(0),
-        ]
-        for p in range(self.ports):
-            m.d.comb += nic.next_hop_mac[p].eq(Cat(getattr(csr, f"port{p}_nh_mac_lo"),
-                                                   getattr(csr, f"port{p}_nh_mac_hi")))
-        # simple tables: write straight through, shadow for read-back
-        for t, prefix in (("seg", "seg"), ("txqp", "qp"), ("rxqp", "rxqp"), ("mr", "mr")):
-            m.d.comb += [getattr(nic, f"{prefix}_w_en").eq(getattr(csr, f"{t}_w_en")),
-                         getattr(nic, f"{prefix}_w_addr").eq(getattr(csr, f"{t}_addr")),
-                         getattr(nic, f"{prefix}_w_data").eq(getattr(csr, f"{t}_w_data"))]
-        for t in ("seg", "txqp", "rxqp", "mr", "cc"):
-            table = self.regmap.table(t)
-            shape = getattr(csr, f"{t}_w_data").shape()
-            mem = Memory(shape=shape, depth=table.depth, init=[])
-            m.submodules[f"shadow_{t}"] = mem
-            wp = mem.write_port()
-            rp = mem.read_port(transparent_for=())
-            idx = getattr(csr, f"{t}_addr")[:max(1, (table.depth - 1).bit_length())]
-            m.d.comb += [wp.en.eq(getattr(csr, f"{t}_w_en")), wp.addr.eq(idx),
-                         wp.data.eq(getattr(csr, f"{t}_w_data")),
-                         rp.addr.eq(idx), rp.en.eq(getattr(csr, f"{t}_rd_en")),
-                         getattr(csr, f"{t}_rd_data").eq(rp.data)]
-        m.d.comb += csr.evcnt_rd_data.eq(0)
-
-        # path table: shadow + read-modify-write for EV_STATE_SET / EV_WEIGHT_SET
-        mem = Memory(shape=PathEntry, depth=self.paths, init=[])
-        m.submodules.shadow_path = mem
-        wp = mem.write_port()
-        rp = mem.read_port(transparent_for=())
-        ab = (self.paths - 1).bit_length()
-        rmw_idx, rmw_kind, rmw_val = Signal(8), Signal(), Signal(8)
-        rmw = Signal(2)     # 0 idle, 1 reading, 2 data ready
-        entry = Signal(PathEntry)
-        with m.If(csr.ev_state_set_stb):
-            m.d.sync += [rmw_idx.eq(csr.ev_state_set_index), rmw_kind.eq(0),
-                         rmw_val.eq(csr.ev_state_set_state), rmw.eq(1)]
-        with m.Elif(csr.ev_weight_set_stb):
-            m.d.sync += [rmw_idx.eq(csr.ev_weight_set_index), rmw_kind.eq(1),
-                         rmw_val.eq(csr.ev_weight_set_weight), rmw.eq(1)]
-        with m.Elif(rmw == 1):
-            m.d.sync += rmw.eq(2)
-        with m.Elif(rmw == 2):
-            m.d.sync += rmw.eq(0)
-        m.d.comb += [
-            rp.en.eq(1),
-            rp.addr.eq(Mux(rmw != 0, rmw_idx, csr.path_addr)),
-            csr.path_rd_data.eq(rp.data),
-            entry.eq(rp.data),
-        ]
-        with m.If(rmw_kind):
-            m.d.comb += entry.weight.eq(rmw_val)
-        with m.Else():
-            m.d.comb += entry.state.eq(rmw_val[:2])
-        in_range = rmw_idx[ab:] == 0
-        with m.If(rmw == 2):
-            m.d.comb += [wp.en.eq(in_range), wp.addr.eq(rmw_idx), wp.data.eq(entry),
-                         nic.pt_w_en.eq(in_range), nic.pt_w_addr.eq(rmw_idx),
-                         nic.pt_w_data.eq(entry)]
-        with m.Else():
-            m.d.comb += [wp.en.eq(csr.path_w_en), wp.addr.eq(csr.path_addr),
-                         wp.data.eq(csr.path_w_data),
-                         nic.pt_w_en.eq(csr.path_w_en), nic.pt_w_addr.eq(csr.path_addr),
-                         nic.pt_w_data.eq(csr.path_w_data)]
-        m.d.comb += nic.pt_st_en.eq(0)
-
-        # counters
-        from ..rtl.rx_parser import DropReason
-        for r in DropReason:
-            total = Signal(32, name=f"drop_{r.name.lower()}")
-            m.d.sync += total.eq(sum(getattr(nic, f"drops_p{p}")[int(r)]
-                                     for p in range(self.ports)))
-            m.d.comb += getattr(csr, f"rx_drop_{r.name.lower()}").eq(total)
-        cpl_count = Signal(32)
-        with m.If(nic.recv_cpl.valid & nic.recv_cpl.ready):
-            m.d.sync += cpl_count.eq(cpl_count + 1)
-        m.d.comb += [
-            csr.rx_accepted.eq(nic.accepted), csr.rx_duplicates.eq(nic.duplicates),
-            csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_completions.eq(cpl_count),
-            csr.rx_acks.eq(nic.acks_sent), csr.rx_nacks.eq(0),
-            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_rd_errors.eq(0),
-            csr.tx_packets.eq(nic.data_frames),
-        ]
-        # EV events (when the core has SenderReliability): head of its event stream,
-        # popped by reading EV_EVENT; probes: no source yet
-        if hasattr(nic, "ev_event"):
-            ev = nic.ev_event
-            m.d.comb += [csr.ev_event_index.eq(ev.payload.index),
-                         csr.ev_event_state.eq(ev.payload.state),
-                         csr.ev_event_reason.eq(ev.payload.reason.as_value()[:2]),
-                         csr.ev_event_valid.eq(ev.valid), csr.ev_event_count.eq(ev.valid),
-                         ev.ready.eq(csr.ev_event_rd_stb),
-                         csr.irq_status_ev_event_set.eq(ev.valid),
-                         csr.tx_retransmits.eq(nic.retransmits)]
-        else:
-            m.d.comb += [csr.ev_event_index.eq(0), csr.ev_event_state.eq(0),
-                         csr.ev_event_reason.eq(0), csr.ev_event_valid.eq(0),
-                         csr.ev_event_count.eq(0), csr.irq_status_ev_event_set.eq(0),
-                         csr.tx_retransmits.eq(0)]
-        if hasattr(nic, "send_cpl"):
-            m.d.comb += nic.send_cpl.ready.eq(1)    # send completions: not exposed yet
-        m.d.comb += [csr.ev_probe_status_index.eq(0),
-                     csr.ev_probe_status_valid.eq(0), csr.ev_probe_rtt.eq(0)]
-        # interrupts: a refused work request
-        refused_d = Signal(32)
-        m.d.sync += refused_d.eq(nic.wr_refused)
-        m.d.comb += [
-            csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused),
-            csr.irq_status_probe_reply_set.eq(0),
-            csr.irq_status_rx_drop_set.eq(0),
-        ]

@@ -30,6 +30,7 @@ import click
 from ..regmap import REGMAP
 from ..rtl.layouts import EvState
 from .client import CsrClient, CsrValueError, pack_record
+from .provision import VERIFY_TABLES, ProvisionError, apply_plan, provision_plan
 from .transport import TransportError
 from .uart import LinkError
 
@@ -105,7 +106,11 @@ class _Ctx:
         """{name: dict(base, count, ev_min_active)} from --config or the NIC's QP contexts."""
         if self.cfg is not None:
             cfg, hw = self.cfg
-            return {name: dict(base=b, count=n, ev_min_active=cfg.ev_profiles[name].ev_min_active)
+            qp_of = {}
+            for q, qp in enumerate(cfg.qps):
+                qp_of.setdefault(qp.ev_profile, q)
+            return {name: dict(base=b, count=n, ev_min_active=cfg.ev_profiles[name].ev_min_active,
+                               qp=qp_of.get(name, 0))
                     for name, (b, n) in hw.profile_ranges.items()}
         out, seen = {}, set()
         for q in range(self.client.read("ID_MAX_QPS")):
@@ -113,7 +118,7 @@ class _Ctx:
             rng = (ctx["profile_base"], ctx["profile_count"])
             if ctx["profile_count"] and rng not in seen:
                 seen.add(rng)
-                out[f"qp{q}"] = dict(base=rng[0], count=rng[1], ev_min_active=1)
+                out[f"qp{q}"] = dict(base=rng[0], count=rng[1], ev_min_active=1, qp=q)
         return out
 
     def profile(self, name):
@@ -397,22 +402,28 @@ def ev_allow(obj, ev_value, profile):
 @_guard
 def ev_probe(obj, ev_value, profile, wait):
     """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)."""
-    name, _, entries, idx = obj.resolve_ev(ev_value, profile)
+    name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
     by_port = {}
     for e in entries:
         if e["index"] in idx:
             by_port.setdefault(e["port"], e["index"])
     want = set(by_port.values())
     c = obj.client
+    while c.pop_probe_reply() is not None:     # drop stale replies
+        pass
+    replies = []
+    # the NIC tracks one controller probe at a time: one {EV, port} after the other
     for i in sorted(want):
-        c.probe(i)
-    replies, deadline = [], time.monotonic() + wait
-    while want - {r["index"] for r in replies} and time.monotonic() < deadline:
-        r = c.pop_probe_reply()
-        if r is None:
-            time.sleep(0.01)
-            continue
-        replies.append(dict(index=r.index, rtt_ns=r.rtt_ns, requested=r.index in want))
+        c.probe(i, prof.get("qp", 0))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            r = c.pop_probe_reply()
+            if r is None:
+                time.sleep(0.01)
+                continue
+            replies.append(dict(index=r.index, rtt_ns=r.rtt_ns, requested=r.index in want))
+            if r.index == i:
+                break
     missing = sorted(want - {r["index"] for r in replies})
     data = dict(profile=name, ev=ev_value, replies=replies, missing=missing)
     obj.emit(data, lambda: _table(f"EV probe {ev_value:#x} ({name})", ("index", "RTT ns", "note"),
@@ -479,6 +490,94 @@ def counters(obj, watch, interval, count):
             time.sleep(interval)
     except KeyboardInterrupt:
         return
+
+
+# ---- weight manager ---------------------------------------------------------------------
+@fw.group()
+def agent():
+    """The weight manager (fw/agent.py): EV quarantine, probe restore, ECN weights."""
+
+
+_ACTION_STYLE = {"quarantine": "yellow", "denied": "bold red", "restored": "green",
+                 "allowed": "green", "ecn_halve": "magenta", "ecn_raise": "cyan",
+                 "held": "blue", "operator_denied": "blue", "operator_weight": "blue",
+                 "start": "bold"}
+
+
+def _action_line(rec):
+    from rich.markup import escape
+    head = f"{rec['t_s']:10.3f} s  [{_ACTION_STYLE.get(rec['action'], 'white')}]" \
+           f"{rec['action']:<15}[/]"
+    if rec["index"] is not None:
+        head += f" entry {rec['index']:>3}  EV {rec['ev']:#x}"
+    rest = "  ".join(f"{k} {v}" for k, v in rec.items() if k not in ("t_s", "action", "index", "ev"))
+    return head + ("  " + escape(rest) if rest else "")
+
+
+@agent.command("run")
+@click.option("--period", type=float, default=0.05, show_default=True,
+              help="Control period, seconds.")
+@click.option("--probe-timeout", type=float, default=0.02, show_default=True,
+              help="Seconds to wait for each EV probe reply.")
+@click.option("--duration", type=float, default=None,
+              help="Stop after S seconds (default: run until Ctrl-C).")
+@click.option("--periods", type=int, default=None, help="Stop after N control periods.")
+@click.option("--restore-after", type=int, default=2, show_default=True,
+              help="Consecutive probe replies that restore a quarantined EV.")
+@click.option("--deny-after", type=int, default=3, show_default=True,
+              help="Failures after which an EV is DENIED for good.")
+@click.option("--ecn-threshold", type=float, default=0.2, show_default=True,
+              help="ECN-echo ratio per period above which the weight is halved.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
+              help="Append every action to FILE as JSON lines.")
+@click.pass_obj
+@_guard
+def agent_run(obj, period, probe_timeout, duration, periods, restore_after, deny_after,
+              ecn_threshold, log_path):
+    """Run the weight manager: one line per action (--json: JSON lines), a summary at the end.
+
+    Every period: pop the EV events (ACK_TIMEOUT -> the EV is set DENIED and probed),
+    probe the quarantined EVs (replies -> GOOD with the configured weight), halve the
+    weight of ECN-marked EVs and raise it back slowly.  Ctrl-C stops cleanly.
+    """
+    from .agent import AgentError, WeightAgent
+    if periods is not None and periods < 0:
+        raise FwError(f"--periods must be >= 0, not {periods}")
+    console = None if obj.as_json else obj.console()
+
+    def show(rec):
+        if obj.as_json:
+            click.echo(json.dumps(rec))
+        else:
+            console.print(_action_line(rec), highlight=False)
+
+    client = obj.client
+    try:
+        a = WeightAgent(client, period_s=period, probe_timeout_s=probe_timeout,
+                        restore_after=restore_after, deny_after=deny_after,
+                        ecn_threshold=ecn_threshold, log=log_path, on_action=show)
+    except OSError as exc:
+        raise FwError(f"cannot open the log {log_path}: {exc.strerror or exc}") from None
+    interrupted, error = False, None
+    try:
+        a.run(duration_s=duration, max_periods=periods)
+    except KeyboardInterrupt:
+        interrupted = True
+    except AgentError as exc:
+        error = str(exc)
+    finally:
+        a.close()
+    summary = dict(a.summary(), interrupted=interrupted, error=error)
+    if obj.as_json:
+        click.echo(json.dumps(dict(summary=summary)))
+    else:
+        console.print(_table(
+            f"agent summary ({obj.target}){' - interrupted' if interrupted else ''}",
+            ("what", "value"),
+            [(k, json.dumps(v) if isinstance(v, (dict, list)) else v)
+             for k, v in summary.items() if v is not None]))
+    if error:
+        raise FwError(error)
 
 
 # ---- congestion control -----------------------------------------------------------------
@@ -556,53 +655,6 @@ def cc_set(obj, qp, assignments, cc_profile):
 
 
 # ---- provisioning -----------------------------------------------------------------------
-def provision_plan(cfg, hw, ident):
-    """The register and table writes that program ``cfg`` (checked against the device).
-
-    Returns a list of ("reg", name, value) / ("table", name, index, record); raises
-    ``FwError`` when the device cannot hold the configuration.  Order: ports down,
-    NIC settings, tables, then the final port admin state.
-    """
-    from ..rtl.nscc import nscc_config
-    caps = [("ports", max(p.id for p in cfg.ports) + 1, "ID_PORTS"),
-            ("path-table entries", len(hw.path_entries), "ID_PATH_DEPTH"),
-            ("QPs", len(cfg.qps), "ID_MAX_QPS"),
-            ("memory regions", len(hw.memory_regions), "ID_MAX_REGIONS"),
-            ("SRH segment words", len(hw.segments), "ID_SEG_DEPTH")]
-    for what, need, reg in caps:
-        if need > ident[reg]:
-            raise FwError(f"{cfg.source}: needs {need} {what}, the NIC has {ident[reg]} ({reg})")
-    g = hw.globals
-    plan = [("reg", "PORT_ADMIN", 0),
-            ("reg", "NIC_SRC_MAC_LO", g["src_mac"] & 0xFFFFFFFF),
-            ("reg", "NIC_SRC_MAC_HI", g["src_mac"] >> 32)]
-    plan += [("reg", f"NIC_SRC_IP{i}", (g["src_ip"] >> (32 * i)) & 0xFFFFFFFF) for i in range(4)]
-    plan += [("reg", "NIC_DSCP", g["dscp"] | hw.trim_dscp << 8),
-             ("reg", "NIC_PMTU_LOG2", g["pmtu_log2"]),
-             ("reg", "NIC_USID", hw.local_usid),
-             ("reg", "NIC_LOCATOR", hw.locator_block)]
-    for p, mac in enumerate(hw.next_hop_mac):
-        plan += [("reg", f"PORT{p}_NH_MAC_LO", mac & 0xFFFFFFFF), ("reg", f"PORT{p}_NH_MAC_HI", mac >> 32)]
-    plan += [("table", "path", i, e) for i, e in enumerate(hw.path_entries)]
-    plan += [("table", "seg", i, s) for i, s in enumerate(hw.segments)]
-    nq, nr = ident["ID_MAX_QPS"], ident["ID_MAX_REGIONS"]
-    empty_tx = dict(dest_qpn=0, start_psn=0, mode=0, profile_base=0, profile_count=0, peer_usid=0,
-                    rkey_check=0)
-    plan += [("table", "txqp", q, hw.qp_contexts[q] if q < len(hw.qp_contexts) else empty_tx)
-             for q in range(nq)]
-    plan += [("table", "rxqp", q, hw.rx_qps[q] if q < len(hw.rx_qps) else dict(valid=0))
-             for q in range(nq)]
-    plan += [("table", "mr", i, hw.memory_regions[i] if i < len(hw.memory_regions) else dict(valid=0))
-             for i in range(nr)]
-    plan += [("table", "cc", q, nscc_config(cfg.cc_profile(qp))) for q, qp in enumerate(cfg.qps)]
-    plan.append(("reg", "PORT_ADMIN", sum(1 << p for p, up in enumerate(hw.port_up) if up)))
-    # check every value now: nothing is written if anything is wrong
-    for item in plan:
-        if item[0] == "table":
-            pack_record(REGMAP.table(item[1]).layout, item[3], f"{item[1]}[{item[2]}]")
-    return plan
-
-
 @fw.command()
 @click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Check and list the writes, write nothing.")
@@ -616,16 +668,15 @@ def provision(obj, config_file, dry_run, verify):
     cfg = load_config(config_file)
     hw = compile_tables(cfg)
     c = obj.client
-    plan = provision_plan(cfg, hw, c.identity())
+    try:
+        plan = provision_plan(cfg, hw, c.identity())
+    except ProvisionError as exc:
+        raise FwError(str(exc)) from None
     if not dry_run:
-        for item in plan:
-            if item[0] == "reg":
-                c.write(item[1], item[2])
-            else:
-                c.write_table(item[1], item[2], item[3])
+        apply_plan(c, plan)
         if verify:
             for item in plan:
-                if item[0] == "table" and item[1] in ("path", "seg", "txqp", "mr", "cc"):
+                if item[0] == "table" and item[1] in VERIFY_TABLES:
                     got = c.read_table(item[1], item[2])
                     want = pack_record(REGMAP.table(item[1]).layout, item[3])
                     if pack_record(REGMAP.table(item[1]).layout, got) != want:

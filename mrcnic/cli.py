@@ -126,7 +126,16 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
               help="Bytes per RDMA WRITE (default: the scenario's).")
 @click.option("--build-dir", type=click.Path(file_okay=False), default=None,
               help="Build and run directory (default: a new temporary one).")
-def sim(scenario, json_path, pcap, plot, waves, size, build_dir):
+@click.option("--serve", "serve_port", type=click.IntRange(0, 65535), default=None,
+              help="Keep the NICs running (transfers repeated) and serve a NIC's CSR bank on "
+                   "tcp:127.0.0.1:PORT for 'mrcnic fw --target tcp:...' (0: a free port).")
+@click.option("--serve-time", "serve_time_us", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="With --serve: stop after this many simulated us "
+                                 "(default: run until Ctrl-C).")
+@click.option("--serve-nic", type=click.IntRange(0, 15), default=0, show_default=True,
+              help="With --serve: which NIC's CSR bank to serve.")
+def sim(scenario, json_path, pcap, plot, waves, size, build_dir, serve_port, serve_time_us,
+        serve_nic):
     """Run RTL NICs (cocotb + Icarus) across the fabric model on a scenario."""
     from rich.console import Console
     from rich.table import Table
@@ -139,7 +148,8 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir):
         _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
     try:
         report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
-                           waves=waves, build_dir=build_dir, progress=True)
+                           waves=waves, build_dir=build_dir, progress=True, serve=serve_port,
+                           serve_time_us=serve_time_us, serve_nic=serve_nic)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
     table = Table(title=f"mrcnic sim {scenario}: {report['description']}")

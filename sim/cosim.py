@@ -257,7 +257,8 @@ def _transfers(sc: dict, cfgs: list) -> list[dict]:
     return out
 
 
-def _progress_loop(progress_file: Path, total: int, done: threading.Event, label: str):
+def _progress_loop(progress_file: Path, total: int | None, done: threading.Event, label: str,
+                   port_file: Path | None = None):
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
@@ -267,6 +268,12 @@ def _progress_loop(progress_file: Path, total: int, done: threading.Event, label
         pos = 0
         while not done.is_set():
             time.sleep(0.5)
+            if port_file is not None and port_file.exists():
+                addr = json.loads(port_file.read_text())
+                bar.console.print(f"[bold green]serving nic{addr['nic']}'s CSR bank: "
+                                  f"mrcnic fw --target tcp:{addr['host']}:{addr['port']} ...[/]"
+                                  "  (Ctrl-C stops)")
+                port_file = None
             if not progress_file.exists():
                 continue
             with open(progress_file) as fh:
@@ -277,14 +284,15 @@ def _progress_loop(progress_file: Path, total: int, done: threading.Event, label
             pos += len(chunk.encode())
             for line in chunk.splitlines():
                 p = json.loads(line)
-                bar.update(task, completed=min(p["placed"], total),
+                bar.update(task, completed=min(p["placed"], total or p["placed"]),
                            info=f"t={p['t_ns'] / 1000:.1f} us  cpl {p['cpl']}/{p['cpl_expected']}"
                                 f"  {p['cycles_per_s']:.0f} cycles/s")
 
 
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
               pcap=None, plot=None, waves: bool = False, build_dir=None,
-              progress: bool = False) -> dict:
+              progress: bool = False, serve: int | None = None, serve_time_us: float | None = None,
+              serve_nic: int = 0) -> dict:
     """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
 
     Parameters
@@ -302,6 +310,14 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         Where to build and run (a new temporary directory by default).
     progress : bool
         Show a rich progress bar (bytes placed at the receivers).
+    serve : int, optional
+        Keep the NICs alive and serve NIC ``serve_nic``'s CSR bank on
+        ``tcp:127.0.0.1:<serve>`` (0: a free port; the address is in
+        ``<build_dir>/serve.json`` and printed with ``progress``) for
+        ``mrcnic fw --target tcp:...``.  The scenario's transfers are posted
+        again each time they complete (``report["rounds"]``), until
+        ``serve_time_us`` of simulated time, or until ``<build_dir>/serve.stop``
+        exists (checked every 4096 cycles), or until the process is stopped.
 
     Raises
     ------
@@ -340,10 +356,21 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     job_file, out_file = build_dir / "job.json", build_dir / "result.json"
     progress_file = build_dir / "progress.jsonl"
     progress_file.unlink(missing_ok=True)
+    port_file = build_dir / "serve.json"
+    port_file.unlink(missing_ok=True)
+    (build_dir / "serve.stop").unlink(missing_ok=True)
+    if serve is not None and not 0 <= serve <= 65535:
+        raise ValueError(f"serve port must be 0..65535, not {serve}")
+    if serve is not None and not 0 <= serve_nic < len(sc["nics"]):
+        raise ValueError(f"serve_nic must be 0..{len(sc['nics']) - 1}, not {serve_nic}")
     top = CosimTop(len(sc["nics"]), ports=ports)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
-               progress=str(progress_file))
+               progress=str(progress_file),
+               serve=None if serve is None else dict(
+                   port=serve, nic=serve_nic, port_file=str(port_file),
+                   stop_file=str(build_dir / "serve.stop"),
+                   time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
     job_file.write_text(json.dumps(job))
     nic_v = nic_verilog(ports=ports)
 
@@ -365,8 +392,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
                 done.set()
         th = threading.Thread(target=worker, daemon=True)
         th.start()
-        total = len(wrs) * sc["size"]
-        _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}")
+        total = len(wrs) * sc["size"] if serve is None else None
+        _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
+                       port_file if serve is not None else None)
         th.join()
         if err:
             exc = err[0]
@@ -634,6 +662,23 @@ def _background(sc, topo, t0, ideal):
     return flows
 
 
+def _start_serving(nic, serve: dict):
+    """Serve ``nic``'s CSR bank on TCP (:mod:`mrcnic.sim.serve`); write the address to
+    ``serve["port_file"]`` once listening.  Returns (bridge, server)."""
+    from mrcnic.fw.tcp import CsrServer
+    from mrcnic.fw.transport import AxiLiteTransport
+
+    from .serve import SimCsrBridge
+
+    bridge = SimCsrBridge(AxiLiteTransport(nic.axil))
+    server = CsrServer(bridge, serve.get("host", "127.0.0.1"), serve.get("port", 0)).start()
+    host, port = server.address
+    tmp = Path(serve["port_file"] + ".tmp")
+    tmp.write_text(json.dumps(dict(host=host, port=port, nic=serve["nic"])))
+    os.replace(tmp, serve["port_file"])
+    return bridge, server
+
+
 if cocotb is not None:
     @cocotb.test()
     async def run_cosim_job(dut):
@@ -695,16 +740,27 @@ if cocotb is not None:
             for p in range(ports):
                 cocotb.start_soon(pump(n, p))
 
+        serve = job.get("serve")
+        bridge = server = None
+        if serve:
+            bridge, server = _start_serving(nics[serve["nic"]], serve)
+
+        def post_round():
+            for k, n in enumerate(nics):
+                mine = [(i, w) for i, w in enumerate(wrs) if w["src"] == k]
+                if mine:
+                    cocotb.start_soon(n.post(mine))
+
         t0 = get_sim_time(unit="ns")
-        for k, n in enumerate(nics):
-            mine = [(i, w) for i, w in enumerate(wrs) if w["src"] == k]
-            if mine:
-                cocotb.start_soon(n.post(mine))
+        post_round()
+        rounds = 1
         failures = _schedule_failures(fabric, sc, t0, ideal)
         obs.first_failure_ns = min((f["at_ns"] for f in failures), default=None)
         bg = _background(sc, topo, t0, ideal)
         bg_sent = 0
         limit = t0 + sc["time_limit"] * ideal + sc["linger_ns"]
+        if serve:
+            limit = t0 + serve["time_ns"] if serve.get("time_ns") else float("inf")
         receivers = sorted({w["dst"] for w in wrs})
         expected = {k: sum(1 for w in wrs if w["dst"] == k) for k in receivers}
         completions, events, cwnd = [], [], []
@@ -767,14 +823,22 @@ if cocotb is not None:
                                            cpl_expected=sum(expected.values()),
                                            cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
                 prog.flush()
+            if bridge is not None:
+                bridge.service()
+                if cycles & 4095 == 0 and os.path.exists(serve["stop_file"]):
+                    break
             if done_at is None and all(
-                    sum(1 for c in completions if c["nic"] == k) >= expected[k]
+                    sum(1 for c in completions if c["nic"] == k) >= expected[k] * rounds
                     for k in receivers):
-                done_at = now
+                if serve:               # serving: the scenario's transfers again, until stopped
+                    rounds += 1
+                    post_round()
+                else:
+                    done_at = now
             if (done_at is not None and now >= done_at + sc["linger_ns"]) or now >= limit:
                 break
-            if done_at is None and cycles & 255 == 0 and fabric.next_event_ns() is None \
-                    and now - max(obs.last_ns, t0) > stall_ns:
+            if done_at is None and not serve and cycles & 255 == 0 \
+                    and fabric.next_event_ns() is None and now - max(obs.last_ns, t0) > stall_ns:
                 stalled = True          # nothing sent or in flight for stall_ns: give up
                 break
         wall = time.monotonic() - wall0
@@ -784,6 +848,9 @@ if cocotb is not None:
             cpl_expected=sum(expected.values()), cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
         prog.close()
         gc.unfreeze()
+        if server is not None:
+            server.stop()
+            bridge.fail_pending()
 
         # ---- memory check ---------------------------------------------------------------
         posted = delivered = mismatched = 0
@@ -825,7 +892,8 @@ if cocotb is not None:
             scenario=sc["name"], description=sc.get("description", ""), planes=ports,
             evs=tables[wrs[0]["src"]].qp_contexts[wrs[0]["qp"]]["profile_count"],
             nics=len(nics), size=sc["size"], transfers=per_transfer,
-            complete=done_at is not None, stalled=stalled,
+            complete=done_at is not None or rounds > 1, stalled=stalled, rounds=rounds,
+            csr_ops=bridge.ops if bridge is not None else 0,
             bytes_posted=posted, bytes_delivered=delivered, bytes_mismatched=mismatched,
             packets_sent=obs.data_sent, retransmissions=obs.retx,
             trimmed=fc["trimmed"], ecn_marked=fc["ecn_marked"],

@@ -115,4 +115,7 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
         ("simulation", f"{report['sim']['cycles']} cycles, "
                        f"{report['sim']['cycles_per_s']:.0f} cycles/s"),
     ]
+    if report.get("csr_ops") or report.get("rounds", 1) > 1:
+        rows.append(("served", f"{report.get('rounds', 1)} rounds of transfers, "
+                               f"{report.get('csr_ops', 0)} register accesses over TCP"))
     return rows

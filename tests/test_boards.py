@@ -19,7 +19,8 @@ from amaranth.sim import Simulator
 
 from mrcnic.boards.build import (make_top, parse_pnr_utilisation, parse_report,
                                  parse_yosys_stat)
-from mrcnic.boards.common import AxilSplit, BoardRegs, HostMemory, PortAdminGate
+from mrcnic.boards.common import AxilSplit, BoardRegs, HostMemory
+from mrcnic.rtl.port_admin import PortAdminGate
 from mrcnic.rtl.layouts import Completion, WorkRequest
 
 
@@ -40,7 +41,7 @@ def test_board_elaborates(board, pins):
     assert 'FREQUENCY NET "eth1_rxc" 125000000.0 HZ' in lpf
     il = plan.files["top.il"]
     assert "EHXPLLL" in il and "ODDRX1F" in il and "IDDRX1F" in il
-    for name in ("nic", "mac0", "mac1", "csr", "hostmem", "uart", "board_regs"):
+    for name in ("nic", "nic.csr", "nic.nic", "mac0", "mac1", "hostmem", "uart", "board_regs"):
         assert f"top.{name}" in il, name
     assert ("--25k" if board == "colorlight" else "--um-45k") in plan.files["build_top.sh"]
 

@@ -250,7 +250,7 @@ def test_ev_probe(nic):
     out = fwj(nic, "ev", "probe", "0x101", config=SRH)
     assert out["replies"] == [{"index": 17, "rtt_ns": 1170, "requested": True}]
     assert out["missing"] == []
-    assert [s for s in nic.strobes if s[0] == "EV_PROBE_REQ"] == [("EV_PROBE_REQ", {"index": 17})]
+    assert [s for s in nic.strobes if s[0] == "EV_PROBE_REQ"] == [("EV_PROBE_REQ", {"index": 17, "qp": 1})]   # profile explicit_long: QP 1
     res = fw(nic, "ev", "probe", "0x100", config=SRH)
     assert "1160" in res.output
 
@@ -267,13 +267,13 @@ def test_events(nic):
     provisioned(nic)
     assert fwj(nic, "events") == []
     nic.push_event(17, EvState.ASSUMED_BAD.value, 0)
-    nic.push_event(17, EvState.GOOD.value, 2)
+    nic.push_event(17, EvState.GOOD.value, 1)
     out = fwj(nic, "events")
     assert out == [{"index": 17, "ev": 0x101, "state": "ASSUMED_BAD", "reason": "ACK_TIMEOUT"},
-                   {"index": 17, "ev": 0x101, "state": "GOOD", "reason": "PROBE_REPLY"}]
+                   {"index": 17, "ev": 0x101, "state": "GOOD", "reason": "PROBE_OK"}]
     assert not nic.events
-    nic.push_event(16, EvState.ASSUMED_BAD.value, 1)
-    assert "RETRY_EXCEEDED" in fw(nic, "events").output
+    nic.push_event(16, EvState.GOOD.value, 3)
+    assert "MIN_ACTIVE" in fw(nic, "events").output
 
 
 def test_counters(nic):

@@ -133,7 +133,7 @@ def test_client_tables_events_probes():
     assert c.pop_event() is None
     c.probe(17)
     c.set_ev_state(4, EvState.DENIED)
-    assert lb.strobes[-2:] == [("EV_PROBE_REQ", {"index": 17}),
+    assert lb.strobes[-2:] == [("EV_PROBE_REQ", {"index": 17, "qp": 0}),
                                ("EV_STATE_SET", {"index": 4, "state": 2})]
     lb.push_probe_reply(17, 12345)
     assert c.pop_probe_reply() == ProbeReply(17, 12345) and c.pop_probe_reply() is None
