@@ -272,8 +272,11 @@ class CsrNic(wiring.Component):
             ev.ready.eq(1),
             evf.w_en.eq(ev.valid), evf.w_data.eq(ev.payload),
             self.ev_tap.eq(ev.payload), self.ev_tap_valid.eq(ev.valid),
-            csr.ev_event_index.eq(head.index), csr.ev_event_state.eq(head.state),
-            csr.ev_event_reason.eq(head.reason), csr.ev_event_valid.eq(evf.r_rdy),
+            # an empty FIFO's r_data is undefined (X in simulation): read 0 then
+            csr.ev_event_index.eq(Mux(evf.r_rdy, head.index, 0)),
+            csr.ev_event_state.eq(Mux(evf.r_rdy, head.state, 0)),
+            csr.ev_event_reason.eq(Mux(evf.r_rdy, head.reason, 0)),
+            csr.ev_event_valid.eq(evf.r_rdy),
             csr.ev_event_count.eq(evf.level), evf.r_en.eq(csr.ev_event_rd_stb),
             csr.irq_status_ev_event_set.eq(evf.r_rdy),
         ]
@@ -288,8 +291,9 @@ class CsrNic(wiring.Component):
             m.d.sync += req.valid.eq(0)
         rep = nic.probe_reply
         m.d.comb += [
-            csr.ev_probe_status_index.eq(rep.payload.index),
-            csr.ev_probe_status_valid.eq(rep.valid), csr.ev_probe_rtt.eq(rep.payload.rtt_ns),
+            csr.ev_probe_status_index.eq(Mux(rep.valid, rep.payload.index, 0)),
+            csr.ev_probe_status_valid.eq(rep.valid),
+            csr.ev_probe_rtt.eq(Mux(rep.valid, rep.payload.rtt_ns, 0)),
             rep.ready.eq(csr.ev_probe_rtt_rd_stb),
             csr.irq_status_probe_reply_set.eq(rep.valid),
         ]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import os
 import random
 import tempfile
@@ -56,7 +57,7 @@ NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached CsrNic
 CLK_NS = 8                  #: clock period, ns (125 MHz)
 NIC_GBPS = 64 / CLK_NS      #: one 64-bit beat per clock: 8 Gb/s over all planes of a NIC
 COSIM_QPS = 4               #: receive QP contexts of the co-simulated NICs (3:1 incast needs 3)
-COSIM_PATHS = 128           #: path-table entries of the co-simulated NICs
+COSIM_PATHS = 128           #: largest path table of the co-simulated NICs (entries)
 REPO = Path(__file__).resolve().parents[1]
 _GUARD = 64                 #: guard bytes checked on each side of every destination range
 _ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AETH 4 + SACK 20 + ICRC 4
@@ -363,7 +364,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         raise ValueError(f"serve port must be 0..65535, not {serve}")
     if serve is not None and not 0 <= serve_nic < len(sc["nics"]):
         raise ValueError(f"serve_nic must be 0..{len(sc['nics']) - 1}, not {serve_nic}")
-    top = CosimTop(len(sc["nics"]), ports=ports)
+    # the smallest path table that holds every NIC's entries: a smaller NIC simulates faster
+    paths = max(16, 1 << (max(len(tb.path_entries) for tb in tables) - 1).bit_length())
+    top = CosimTop(len(sc["nics"]), ports=ports, paths=paths)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
                progress=str(progress_file),
@@ -372,7 +375,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
                    stop_file=str(build_dir / "serve.stop"),
                    time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
     job_file.write_text(json.dumps(job))
-    nic_v = nic_verilog(ports=ports)
+    nic_v = nic_verilog(ports=ports, paths=paths)
 
     def simulate():
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
@@ -480,6 +483,8 @@ class _Nic:
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{k}_s_axil", bus_separator="__"),
                                   dut.clk, dut.rst)
         self.csr = AsyncCsrClient(AxiLiteTransport(self.axil))
+        # no per-frame / per-burst log lines from cocotbext-axi (loggers cocotb.<top>.<bus>)
+        logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)
         self.cpl_valid = self.sig("recv_cpl__valid")
         self.cpl_payload = self.sig("recv_cpl__payload")
         self.sig("recv_cpl__ready").value = 1

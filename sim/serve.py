@@ -55,7 +55,7 @@ class SimCsrBridge:
     """
 
     def __init__(self, transport, timeout: float = 30.0):
-        self.transport, self.timeout = transport, timeout
+        self._axil, self.timeout = transport, timeout
         self._q: queue.Queue[_Req] = queue.Queue()
         self._busy = False
         self.ops = 0
@@ -89,11 +89,13 @@ class SimCsrBridge:
     async def _run(self, req: _Req):
         try:
             if req.op == "read":
-                req.result = await self.transport.read32(req.addr)
+                req.result = await self._axil.read32(req.addr)
             else:
-                await self.transport.write32(req.addr, req.value)
+                await self._axil.write32(req.addr, req.value)
         except TransportError as exc:
             req.error = exc
+        except Exception as exc:        # noqa: BLE001 - e.g. X bits on rdata: an error, not a crash
+            req.error = TransportError(req.op, req.addr, detail=f"simulation: {exc}")
         finally:
             self.ops += 1
             self._busy = False
