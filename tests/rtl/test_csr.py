@@ -217,7 +217,7 @@ async def run_ro_and_errors(dut):
     # illegal field values: SLVERR, no change, no strobe
     await tb.wr("EV_STATE_SET", 3 << 8 | 5, resp=SLVERR)
     await tb.wr("NIC_PMTU_LOG2", 7, resp=SLVERR)
-    await tb.wr("TBL_SELECT", 7, resp=SLVERR)
+    await tb.wr("TBL_CMD", 3, resp=SLVERR)                  # undefined table op
     assert await tb.snapshot() == before
     assert "ev_state_set_stb" not in tb.pulses
 
