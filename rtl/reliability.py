@@ -75,17 +75,14 @@ class RelQpConfig(data.Struct):
     nscc: NsccConfig
 
 
-class RelQpParams(data.Struct):
-    """:class:`RelQpConfig` without its ``nscc`` part: the register map's ``rel`` table
-    (the ``cc`` table holds the NSCC part; the CSR glue joins the two)."""
-    start_psn: 24
-    profile_base: 8
-    profile_count: 9
-    ev_min_active: 9
-    ack_timeout_exp: 5
-    retry_count: 4
-    probe_interval: 24
-    ecn_hold: 24
+RelQpParams = type("RelQpParams", (data.Struct,), {
+    "__module__": __name__,
+    "__doc__": """:class:`RelQpConfig` without its ``nscc`` part (the same fields, bits and order):
+    the register map's ``rel`` table; the ``cc`` table holds the NSCC part and the CSR glue
+    (``rtl/csr_nic.py``) joins the two.""",
+    "__annotations__": {name: field.shape for name, field in data.Layout.cast(RelQpConfig)
+                        if name != "nscc"},
+})
 
 
 _Slot = data.StructLayout({
