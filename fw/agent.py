@@ -60,10 +60,20 @@ quarantined cannot be told from the agent's own DENIED and is undone by a
 successful restore; an agent restarted takes the entries its predecessor had
 DENIED for operator denies (``ev allow`` them); EV events dropped by a full NIC
 event queue are not seen (entries found ASSUMED_BAD at start are quarantined).
+
+**Every EV failing at once.**  The agent takes out of use only entries the NIC
+itself made ASSUMED_BAD (ACK_TIMEOUT events, or found so at start); the NIC's
+``ev_min_active`` floor keeps the last GOOD EVs of a profile GOOD (MIN_ACTIVE
+events, logged ``held``), so the agent does not deny below the floor.  One
+exception: an ACK_TIMEOUT followed, in the same period, by the NIC's own
+PROBE_OK still quarantines the entry (flap protection) although the NIC may have
+counted it GOOD when it let other entries fail; its probes restore it after
+``restore_after`` periods if the path works.
 """
 
 import enum as py_enum
 import json
+import math
 import os
 import time
 from collections import Counter, deque
@@ -182,14 +192,15 @@ class WeightAgent:
                  min_packets: int = 8, quiet_periods: int = 4, evcnt_per_period: int = 16,
                  log=None, on_action=None, clock=time.monotonic, sleep=time.sleep):
         for name, v in (("period_s", period_s), ("probe_timeout_s", probe_timeout_s)):
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name} must be > 0 seconds, not {v!r}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+                raise ValueError(f"{name} must be > 0 seconds (finite), not {v!r}")
         for name, v in (("restore_after", restore_after), ("deny_after", deny_after),
                         ("min_packets", min_packets), ("quiet_periods", quiet_periods),
                         ("evcnt_per_period", evcnt_per_period)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, not {v!r}")
-        if not isinstance(ecn_threshold, (int, float)) or not 0 <= ecn_threshold <= 1:
+        if (not isinstance(ecn_threshold, (int, float)) or isinstance(ecn_threshold, bool)
+                or not 0 <= ecn_threshold <= 1):
             raise ValueError(f"ecn_threshold must be a ratio 0..1, not {ecn_threshold!r}")
         self.client = client
         self.period_s, self.probe_timeout_s = float(period_s), float(probe_timeout_s)
@@ -208,21 +219,28 @@ class WeightAgent:
         self._pending = deque()
         self._counters = {}
         self._t0 = None
+        self._ready = False
 
     # -- life cycle ---------------------------------------------------------------------
     @property
     def started(self) -> bool:
-        return self._t0 is not None
+        """True once :meth:`start` has completed (an interrupted start is redone)."""
+        return self._ready
 
     def start(self):
         """Read the EV profiles (``txqp.profile_base/profile_count``) and the path
         table's weights (the baselines); quarantine entries found ASSUMED_BAD, leave
-        entries found DENIED to the operator."""
+        entries found DENIED to the operator.  Profile entries beyond the NIC's path
+        table (``ID_PATH_DEPTH``) are ignored.  After an :class:`AgentError` it can be
+        called again (:meth:`step` does): entries it already quarantined stay the
+        agent's own."""
         c = self.client
-        self._t0 = self.clock()
-        self._hw("identify the NIC", None, c.identity)
+        if self._t0 is None:
+            self._t0 = self.clock()
+        ident = self._hw("identify the NIC", None, c.identity)
         ranges, owner = {}, {}
-        depth = c.regmap.table("path").depth
+        depth = min(c.regmap.table("path").depth, ident["ID_PATH_DEPTH"])
+        prev, self.entries = self.entries, {}
         for q in range(self._hw("read ID_MAX_QPS", None, c.read, "ID_MAX_QPS")):
             ctx = self._hw(f"read txqp[{q}]", None, c.read_table, "txqp", q)
             rng = (ctx["profile_base"], ctx["profile_count"])
@@ -236,6 +254,10 @@ class WeightAgent:
         for i in indices:
             e = self._hw(f"read path[{i}]", None, c.read_table, "path", i)
             found[i] = e["state"]
+            old = prev.get(i)
+            if old is not None and old.status is not EntryStatus.ACTIVE:
+                self.entries[i] = old       # quarantined by an interrupted start()
+                continue
             self.entries[i] = EntryState(i, e["ev"], e["weight"], e["weight"], qp=owner[i])
             if e["state"] == EvState.DENIED.value:
                 self.entries[i].status = EntryStatus.OPERATOR
@@ -246,6 +268,7 @@ class WeightAgent:
         for i in indices:
             if found[i] == EvState.ASSUMED_BAD.value:
                 self._quarantine(self.entries[i], cause="ASSUMED_BAD at start")
+        self._ready = True
         return self
 
     def close(self):

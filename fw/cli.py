@@ -225,6 +225,9 @@ def fw(ctx, target, config_path, as_json, timeout):
         parse_target(target)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target")
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise click.BadParameter(f"{timeout} is not a positive number of seconds",
+                                 param_hint="--timeout")
     ctx.obj = _Ctx(target, config_path, as_json, timeout)
 
 
@@ -402,6 +405,8 @@ def ev_allow(obj, ev_value, profile):
 @_guard
 def ev_probe(obj, ev_value, profile, wait):
     """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)."""
+    if not 0 <= wait < float("inf"):
+        raise FwError(f"--wait must be >= 0 seconds, not {wait}")
     name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
     by_port = {}
     for e in entries:

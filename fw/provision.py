@@ -19,7 +19,7 @@ state); ``docs/config.md``; ``docs/register-map.md``.
 from __future__ import annotations
 
 from ..regmap import REGMAP
-from .client import pack_record
+from .client import _Ops, pack_record
 
 __all__ = ["ProvisionError", "provision_plan", "apply_plan", "apply_plan_async", "VERIFY_TABLES"]
 
@@ -104,13 +104,19 @@ def provision_plan(cfg, hw, ident: dict, *, rel_overrides: dict | None = None,
     plan += [("table", "cc", q, rel["nscc"]) for q, rel in enumerate(rels)]
     plan += [("table", "rel", q, _rel_params(rel)) for q, rel in enumerate(rels)]
     plan.append(("reg", "PORT_ADMIN", sum(1 << p for p, up in enumerate(hw.port_up) if up)))
-    # check every value now: nothing is written if anything is wrong
+    # check every write now, with the client's own checks (register names and field
+    # values, table indices within the client's register map, record fields): nothing
+    # is written if anything is wrong
+    ops = _Ops(None)
     for item in plan:
-        if item[0] == "table":
-            try:
+        try:
+            if item[0] == "table":
                 pack_record(REGMAP.table(item[1]).layout, item[3], f"{item[1]}[{item[2]}]")
-            except ValueError as e:
-                raise ProvisionError(str(e)) from None
+                next(ops._write_table(item[1], item[2], item[3]))
+            else:
+                next(ops._write(item[1], item[2]))
+        except ValueError as e:
+            raise ProvisionError(f"{cfg.source}: {e}") from None
     return plan
 
 

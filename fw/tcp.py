@@ -6,8 +6,10 @@
   simulation; a :class:`~mrcnic.fw.client.CsrClient` is accepted too, its
   transport is used) on localhost, in a background thread, with the bridge's
   rules: bad frames are answered BAD_FRAME / BAD_CHECKSUM and never executed,
-  a ``TransportError`` from the backend becomes its AXI response (SLVERR).
-  Requests of all connections are executed one at a time (a lock).
+  a ``TransportError`` from the backend becomes its AXI response (SLVERR), any
+  other backend exception SLVERR too (the connection stays up).
+  Requests of all connections are executed one at a time (a lock);
+  :meth:`CsrServer.stop` also closes the open connections.
 
 Example::
 
@@ -40,6 +42,8 @@ class TcpTransport(FramedTransport):
     """
 
     def __init__(self, host: str, port: int, timeout: float = 2.0, retries: int = 1):
+        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+            raise ValueError(f"timeout must be > 0 seconds (finite), not {timeout!r}")
         super().__init__(timeout, retries)
         try:
             self.sock = socket.create_connection((host, int(port)), timeout=timeout)
@@ -78,8 +82,8 @@ def _execute(backend, lock, req: Request) -> bytes:
             else:
                 for k in range(req.length):
                     words.append(backend.read32((req.addr + 4 * k) & 0xFFFF))
-        except TransportError as exc:
-            status = exc.resp or SLVERR
+        except Exception as exc:    # noqa: BLE001 - any backend failure is a bus error, not a crash
+            status = (exc.resp or SLVERR) if isinstance(exc, TransportError) else SLVERR
             if req.cmd == Cmd.READ:
                 words += [0] * (req.length - len(words))
     return encode_response(req.tag, req.cmd, status, words)
@@ -88,6 +92,17 @@ def _execute(backend, lock, req: Request) -> bytes:
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self):
         srv = self.server
+        with srv.conns_lock:
+            if srv.closed:
+                return
+            srv.conns.add(self.request)
+        try:
+            self._serve(srv)
+        finally:
+            with srv.conns_lock:
+                srv.conns.discard(self.request)
+
+    def _serve(self, srv):
         dec = RequestDecoder()
         self.request.settimeout(srv.frame_timeout)
         while True:
@@ -102,6 +117,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if not data:
                 return
             for ev in dec.feed(data):
+                if srv.closed:
+                    return                  # stopped: nothing more is executed
                 if isinstance(ev, Request):
                     srv.stats["frames"] += 1
                     out = _execute(srv.backend, srv.lock, ev)
@@ -148,8 +165,12 @@ class CsrServer:
         backend = getattr(backend, "transport", backend)
         if not (callable(getattr(backend, "read32", None)) and callable(getattr(backend, "write32", None))):
             raise ValueError("backend must provide read32(addr) and write32(addr, value)")
+        if not (isinstance(frame_timeout, (int, float)) and 0 < frame_timeout < float("inf")):
+            raise ValueError(f"frame_timeout must be > 0 seconds, not {frame_timeout!r}")
         self._srv = _Server((host, port), _Handler)
         self._srv.backend, self._srv.lock = backend, threading.Lock()
+        self._srv.conns, self._srv.closed = set(), False
+        self._srv.conns_lock = threading.Lock()
         self._srv.frame_timeout = frame_timeout
         self._srv.stats = self.stats = dict(frames=0, bad_frames=0, bad_checksums=0, timeouts=0)
         self.address = self._srv.server_address[:2]
@@ -162,8 +183,19 @@ class CsrServer:
         return self
 
     def stop(self):
+        """Stop listening and close every open connection (their clients see the
+        connection closed; no request is executed after this returns, except one
+        already running in the backend)."""
         self._srv.shutdown()
         self._srv.server_close()
+        with self._srv.conns_lock:
+            self._srv.closed = True
+            conns = list(self._srv.conns)
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join()
 

@@ -100,7 +100,8 @@ class CsrNic(wiring.Component):
     * ``cc`` (NSCC parameters) and ``rel`` (``RelQpParams``) of a QP are joined
       into its ``RelQpConfig`` and written to sender reliability the cycle
       after either is written (this resets the QP's PSN state);
-    * ``EV_PROBE_REQ`` hands ``{qp, index}`` to the core (held until taken);
+    * ``EV_PROBE_REQ`` hands ``{qp, index}`` to the core (held until taken; an
+      index >= ``paths`` is ignored: no probe, no reply);
       the reply, if the path works, is the head of ``EV_PROBE_STATUS`` /
       ``EV_PROBE_RTT`` (reading RTT pops it);
     * ``evcnt`` reads the core's per-EV counters;
@@ -284,7 +285,7 @@ class CsrNic(wiring.Component):
             m.d.sync += self.events_lost.eq(self.events_lost + 1)
 
         req = nic.probe_req
-        with m.If(csr.ev_probe_req_stb):
+        with m.If(csr.ev_probe_req_stb & (csr.ev_probe_req_index < self.paths)):
             m.d.sync += [req.valid.eq(1), req.payload.index.eq(csr.ev_probe_req_index),
                          req.payload.qp.eq(csr.ev_probe_req_qp)]
         with m.Elif(req.ready):

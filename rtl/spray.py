@@ -71,8 +71,8 @@ from .path_table import PathTable
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 5   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
-LATENCY = 5         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+SETTLE_CYCLES = 6   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+LATENCY = 6         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
 OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
 
 
@@ -162,7 +162,7 @@ class SprayScheduler(wiring.Component):
         def gidx(first, g):             # entry index from a 4-bit in-group index and a group
             return Cat(first, C(g, 4))[:8] if isinstance(g, int) else Cat(first, g[:4])[:8]
 
-        # ---- stage A: accepted request, its range mask and candidate groups -------------------
+        # ---- stage A: the accepted request and its range mask ---------------------------------
         req = self.req.payload
         end = Signal(10)
         m.d.comb += end.eq(req.base + req.count)
@@ -177,77 +177,125 @@ class SprayScheduler(wiring.Component):
         a_valid = Signal()
         a_qp = Signal(range(MAX_QPS))
         a_rng = Signal(depth)
-        a_cand = Signal(depth)
-        a_multi = Signal(depth)         # candidates whose weight is 2 or more
-        m.d.comb += [a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi)]
-        a_any = Signal(n_grp)
-        a_first = []
-        for g, vec in enumerate(groups(a_cand)):
-            m.d.comb += a_any[g].eq(vec.any())
-            a_first.append(_first_set(m, vec, 16, f"a_first{g}")[1])
-        a_have = a_any.any()
 
-        # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
+        # ---- stage P: candidate snapshot (waits here while the profile has no candidate) -------
+        p_valid = Signal()
+        p_qp = Signal(range(MAX_QPS))
+        p_rng = Signal(depth)
+        p_cand = Signal(depth)          # snapshot: range AND live, taken the cycle before
+        p_cm = Signal(depth)            # candidates whose weight is 2 or more
+        p_have = Signal()               # p_cand is not empty
+        a_cand = Signal(depth)
+        p_live = Signal(depth)
+        m.d.comb += [a_cand.eq(a_rng & live), p_live.eq(p_rng & live)]
+        a_have, p_now = a_cand.any(), p_live.any()
+
+        inflight = Signal(range(OUT_DEPTH + 2))     # requests in C, D and the skid FIFO
+        p_adv, p_load = Signal(), Signal()
+        m.d.comb += [
+            p_adv.eq(p_valid & p_have & (inflight < OUT_DEPTH)),
+            p_load.eq(~p_valid | p_adv),
+            self.req.ready.eq(~a_valid | p_load),
+            self.no_path.eq(Mux(p_valid, ~p_now, a_valid & ~a_have)),
+        ]
+        with m.If(self.req.ready):
+            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
+        snap = Signal(depth)
+        m.d.comb += snap.eq(Mux(p_load, a_cand, p_live))
+        m.d.sync += [p_cand.eq(snap), p_cm.eq(snap & table.multi),
+                     p_have.eq(Mux(p_load, a_have, p_now))]
+        with m.If(p_load):
+            m.d.sync += [p_valid.eq(a_valid), p_qp.eq(a_qp), p_rng.eq(a_rng)]
+
+        # P, combinational: successor map S[p] = first candidate above entry p, wrapping to the
+        # lowest (in-group search, else the first candidate of the next non-empty group).
+        p_any = Signal(n_grp)
+        p_first = Array(Signal(4, name=f"p_first{g}") for g in range(n_grp))
+        for g, vec in enumerate(groups(p_cand)):
+            m.d.comb += [p_any[g].eq(vec.any()), p_first[g].eq(_first_set(m, vec, 16, f"p_f{g}")[1])]
+        _, p_low = _first_set(m, p_any, n_grp, "p_low")
+        succ = []
+        for g in range(n_grp):
+            above = p_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
+            if g < n_grp - 1:
+                has, g2 = _first_set(m, above, n_grp, f"p_above{g}")
+                gsel = Mux(has, g2, p_low)
+            else:
+                gsel = p_low
+            gs = Signal(4, name=f"p_nfg{g}")
+            nf = Signal(abits, name=f"p_nf{g}")
+            m.d.comb += [gs.eq(gsel), nf.eq(gidx(p_first[gs], gs))]
+            for b in range(16):
+                s = Signal(abits, name=f"p_s{16 * g + b}")
+                m.d.comb += s.eq(nf)
+                for i in reversed(range(b + 1, 16)):
+                    with m.If(p_cand[16 * g + i]):
+                        m.d.comb += s.eq(16 * g + i)
+                succ.append(s)
+
+        # ---- stage B: the request's successor map and bitmaps, registered ---------------------
         b_valid = Signal()
         b_qp = Signal(range(MAX_QPS))
         b_cand = Signal(depth)
-        b_multi = Signal(depth)
-        b_any = Signal(n_grp)
-        b_first = Array(Signal(4, name=f"b_first{g}") for g in range(n_grp))
-        _, b_low = _first_set(m, b_any, n_grp, "b_low")
-        b_nf = []                        # first candidate after group g (wraps to the lowest)
-        for g in range(n_grp):
-            nf = Signal(8, name=f"b_nf{g}")
-            above = b_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
-            if g < n_grp - 1:
-                has, g2 = _first_set(m, above, n_grp, f"b_above{g}")
-                gsel = Mux(has, g2, b_low)
-            else:
-                gsel = b_low
-            gs = Signal(4, name=f"b_nfg{g}")
-            m.d.comb += [gs.eq(gsel), nf.eq(gidx(b_first[gs], gs))]
-            b_nf.append(nf)
+        b_cm = Signal(depth)
+        b_succ = Signal(depth * abits)
+        b_cur = Signal(abits, init=depth - 1)   # the QP's position, counters and weight snapshot
+        b_cnt, b_first, b_wgt = Signal(8), Signal(), Signal(8)
+        m.d.sync += [b_valid.eq(p_adv), b_qp.eq(p_qp), b_cand.eq(p_cand), b_cm.eq(p_cm),
+                     b_succ.eq(Cat(*succ))]
+
+        def at(vec, pos):               # B's bitmap / successor of entry ``pos``
+            return vec.word_select(pos, abits) if len(vec) == depth * abits else vec.bit_select(pos, 1)
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
+        # C holds its request's position c, the successor s1 of c and whether c is a candidate
+        # (cc) / a multi-weight candidate (cmc), all looked up in B's maps the cycle before, so
+        # the loop itself is: repeat? -> pick c or s1 -> next lookups in B -> registers.
         c_valid = Signal()
         c_qp = Signal(range(MAX_QPS))
-        c_cand = Signal(depth)
-        c_multi = Signal(depth)
-        c_nf = Array(Signal(8, name=f"c_nf{g}") for g in range(n_grp))
-        c, c_ok, n = Signal(8), Signal(), Signal(8)     # position, valid, decisions in a row
+        m.d.sync += [c_valid.eq(b_valid), c_qp.eq(b_qp)]
+        c = Signal(abits, init=depth - 1)       # position (no position yet: the last entry)
+        s1 = Signal(abits)              # first candidate above c (wrapping)
+        cc, cmc = Signal(), Signal()    # c is a candidate / a candidate of weight >= 2
+        n = Signal(8)                   # decisions in a row on c (0: no position yet)
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
         c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
 
-        cur = Array(Signal(8, name=f"cur{q}") for q in range(MAX_QPS))
-        cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(MAX_QPS))
+        cur = Array(Signal(abits, init=depth - 1, name=f"cur{q}") for q in range(MAX_QPS))
+        first = Array(Signal(name=f"first{q}") for q in range(MAX_QPS))
         cnt = Array(Signal(8, name=f"cnt{q}") for q in range(MAX_QPS))
         wgt = Array(Signal(8, name=f"wgt{q}") for q in range(MAX_QPS))
 
         # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
         m.d.comb += table.wt_addr.eq(c)
-        in_cand = c_cand.bit_select(c[:abits], 1)
-        multi = c_multi.bit_select(c[:abits], 1)
         repeat = Signal()
-        m.d.comb += repeat.eq(c_ok & in_cand & Mux(c_first, multi, n < c_w))
-        gc, bc = c[4:8], c[:4]
-        cur_grp = Signal(16)
-        m.d.comb += cur_grp.eq(Array(groups(c_cand))[gc] if n_grp > 1 else c_cand)
-        any_in, b1 = _first_set(m, cur_grp & (C(0xFFFE, 16) << bc)[:16], 16, "above")
-        pick = Signal(8)
-        with m.If(repeat):
-            m.d.comb += pick.eq(c)
-        with m.Elif(c_ok & any_in):
-            m.d.comb += pick.eq(Cat(b1, gc))
-        with m.Elif(c_ok):
-            m.d.comb += pick.eq(c_nf[gc] if n_grp > 1 else c_nf[0])
-        with m.Else():
-            m.d.comb += pick.eq(c_nf[n_grp - 1])
+        m.d.comb += repeat.eq(Mux(c_first, cmc, cc & (n < c_w)))
+        pick = Signal(abits)
+        m.d.comb += pick.eq(Mux(repeat, c, s1))
         new_n = Signal(8)
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
         with m.If(c_valid):
-            m.d.sync += [cur[c_qp].eq(pick), cur_ok[c_qp].eq(1), cnt[c_qp].eq(new_n),
+            m.d.sync += [cur[c_qp].eq(pick), first[c_qp].eq(~repeat), cnt[c_qp].eq(new_n),
                          wgt[c_qp].eq(table.wt_data)]
+        # The QP position travels with the request: forwarded from a same-QP pick this cycle.
+        with m.If(c_valid & (c_qp == b_qp)):
+            m.d.sync += [c.eq(pick), n.eq(new_n), c_first.eq(~repeat), c_w.eq(table.wt_data),
+                         s1.eq(Mux(repeat, at(b_succ, c), at(b_succ, s1))),
+                         cc.eq(Mux(repeat, at(b_cand, c), at(b_cand, s1))),
+                         cmc.eq(Mux(repeat, at(b_cm, c), at(b_cm, s1)))]
+        with m.Else():
+            m.d.sync += [c.eq(b_cur), n.eq(b_cnt), c_first.eq(b_first), c_w.eq(b_wgt),
+                         s1.eq(at(b_succ, b_cur)), cc.eq(at(b_cand, b_cur)),
+                         cmc.eq(at(b_cm, b_cur))]
+        # B's copy of its QP's stored position (read while the request enters B; a pick of the
+        # same QP made in C in that cycle is forwarded), so C's load from it is one lookup.
+        with m.If(c_valid & (c_qp == p_qp)):
+            m.d.sync += [b_cur.eq(pick), b_cnt.eq(new_n), b_first.eq(~repeat),
+                         b_wgt.eq(table.wt_data)]
+        with m.Else():
+            m.d.sync += [b_cur.eq(cur[p_qp]), b_cnt.eq(cnt[p_qp]), b_first.eq(first[p_qp]),
+                         b_wgt.eq(wgt[p_qp])]
 
         # ---- output: skid FIFO (falls through when empty) and decision register ---------------
         m.submodules.fifo = fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
@@ -277,31 +325,6 @@ class SprayScheduler(wiring.Component):
             self.decision.payload.entry.eq(table.rd_data),
             self.decision.payload.entry.state.eq(EvState.GOOD),   # selected => GOOD
         ]
-
-        # ---- pipeline control: A advances only with room for everything ahead of it ------------
-        room = Signal()
-        m.d.comb += room.eq(fifo.level + b_valid + c_valid + d_valid < OUT_DEPTH)
-        advance = Signal()
-        m.d.comb += [
-            advance.eq(a_valid & a_have & room),
-            self.req.ready.eq(~a_valid | advance),
-            self.no_path.eq(a_valid & ~a_have),
-        ]
-        with m.If(self.req.ready):
-            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
-        m.d.sync += b_valid.eq(advance)
-        with m.If(advance):
-            m.d.sync += [b_qp.eq(a_qp), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
-            m.d.sync += [b_first[g].eq(a_first[g]) for g in range(n_grp)]
-        m.d.sync += c_valid.eq(b_valid)
-        with m.If(b_valid):
-            m.d.sync += [c_qp.eq(b_qp), c_cand.eq(b_cand), c_multi.eq(b_multi)]
-            m.d.sync += [c_nf[g].eq(b_nf[g]) for g in range(n_grp)]
-            # The QP position travels with the request: forwarded from a same-QP pick this cycle.
-            with m.If(c_valid & (c_qp == b_qp)):
-                m.d.sync += [c.eq(pick), c_ok.eq(1), n.eq(new_n), c_first.eq(~repeat),
-                             c_w.eq(table.wt_data)]
-            with m.Else():
-                m.d.sync += [c.eq(cur[b_qp]), c_ok.eq(cur_ok[b_qp]), n.eq(cnt[b_qp]),
-                             c_first.eq(cnt[b_qp] == 1), c_w.eq(wgt[b_qp])]
+        # Credit: a request leaves P only with room for it in C, D, the FIFO (taken = left).
+        m.d.sync += inflight.eq(inflight + p_adv - take)
         return m

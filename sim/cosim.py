@@ -364,6 +364,10 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         raise ValueError(f"serve port must be 0..65535, not {serve}")
     if serve is not None and not 0 <= serve_nic < len(sc["nics"]):
         raise ValueError(f"serve_nic must be 0..{len(sc['nics']) - 1}, not {serve_nic}")
+    if serve_time_us is not None and not 0 < serve_time_us < float("inf"):
+        raise ValueError(f"serve_time_us must be > 0 us, not {serve_time_us}")
+    if serve:
+        _check_port_free(serve)
     # the smallest path table that holds every NIC's entries: a smaller NIC simulates faster
     paths = max(16, 1 << (max(len(tb.path_entries) for tb in tables) - 1).bit_length())
     top = CosimTop(len(sc["nics"]), ports=ports, paths=paths)
@@ -665,6 +669,20 @@ def _background(sc, topo, t0, ideal):
         flows.append([t0 + b["from"] * ideal, period, t0 + b["to"] * ideal,
                       b["src_host"], b["plane"], frame])
     return flows
+
+
+def _check_port_free(port: int, host: str = "127.0.0.1"):
+    """ValueError now (before the build) if ``host:port`` cannot be bound by the CSR server."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as CsrServer binds
+        s.bind((host, port))
+    except OSError as exc:
+        raise ValueError(f"cannot serve on {host}:{port}: {exc.strerror or exc} "
+                         "(use another --serve port, or 0 for a free one)") from None
+    finally:
+        s.close()
 
 
 def _start_serving(nic, serve: dict):

@@ -16,7 +16,8 @@ a UART.  Inside the simulator process:
 So the register accesses take simulated time (about 5 clocks each, one at a
 time) and the NIC keeps running between them.  A request the simulation does
 not answer within ``timeout`` wall seconds (the simulator stopped) raises
-``TransportError``.
+``TransportError``; after :meth:`SimCsrBridge.fail_pending` (end of the run)
+every request raises it at once.
 """
 
 from __future__ import annotations
@@ -58,11 +59,17 @@ class SimCsrBridge:
         self._axil, self.timeout = transport, timeout
         self._q: queue.Queue[_Req] = queue.Queue()
         self._busy = False
+        self._inflight = None
+        self._closed = None         # why requests are refused (set by fail_pending)
         self.ops = 0
 
     # ---- server-thread side (blocking) ---------------------------------------------------
     def _call(self, req: _Req):
+        if self._closed:
+            raise TransportError(req.op, req.addr, detail=self._closed)
         self._q.put(req)
+        if self._closed:                # the run ended while queueing: do not wait for it
+            self.fail_pending(self._closed)
         if not req.done.wait(self.timeout):
             raise TransportError(req.op, req.addr, detail="the simulation did not answer")
         if req.error is not None:
@@ -84,7 +91,8 @@ class SimCsrBridge:
             return
         import cocotb
         self._busy = True
-        cocotb.start_soon(self._run(self._q.get_nowait()))
+        self._inflight = req = self._q.get_nowait()
+        cocotb.start_soon(self._run(req))
 
     async def _run(self, req: _Req):
         try:
@@ -99,11 +107,20 @@ class SimCsrBridge:
         finally:
             self.ops += 1
             self._busy = False
+            self._inflight = None
             req.done.set()
 
     def fail_pending(self, why: str = "the simulation ended"):
-        """Answer every queued request with a TransportError (at the end of the run)."""
-        while not self._q.empty():
-            req = self._q.get_nowait()
-            req.error = TransportError(req.op, req.addr, detail=why)
-            req.done.set()
+        """Answer every queued request, and one in flight, with a TransportError (at the
+        end of the run); every later request fails at once with ``why``."""
+        self._closed = why
+        pending = [self._inflight] if self._inflight is not None else []
+        while True:
+            try:
+                pending.append(self._q.get_nowait())
+            except queue.Empty:
+                break
+        for req in pending:
+            if not req.done.is_set():
+                req.error = TransportError(req.op, req.addr, detail=why)
+                req.done.set()
