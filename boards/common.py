@@ -394,11 +394,15 @@ class NicBoardTop(wiring.Component):
     core : str
         ``"nic"``: :class:`mrcnic.rtl.nic.MRCNic` (ports=2).
     paths : int
-        Path-table entries of the core's spray schedulers.
+        Path-table entries of the core's spray schedulers (default 32: two QPs with
+        up to 16 EVs each; sized for the LFE5U-25F, see ``python -m
+        mrcnic.boards.survey``).
     qps : int
         QP contexts.
+    window : int
+        Receive SACK window and sender-reliability slots per QP, in PSNs (default 128).
     hostmem_size : int
-        Host memory in bytes (EBR; 16 KiB = 8 DP16KD).
+        Host memory in bytes (EBR; default 8 KiB = 4 DP16KD).
     baud : int
         UART bit rate (8N1) of the control port.
     clk_hz : int
@@ -409,9 +413,9 @@ class NicBoardTop(wiring.Component):
 
     ports = 2
 
-    def __init__(self, *, core: str = "nic", paths: int = 256, qps: int = 2,
-                 hostmem_size: int = 16384, baud: int = 115200, clk_hz: int = 125_000_000,
-                 window: int = 256):
+    def __init__(self, *, core: str = "nic", paths: int = 32, qps: int = 2,
+                 hostmem_size: int = 8192, baud: int = 115200, clk_hz: int = 125_000_000,
+                 window: int = 128):
         if core not in ("nic",):
             raise ValueError(f"core must be 'nic', not {core!r}")
         if paths not in (16, 32, 64, 128, 256):

@@ -133,7 +133,8 @@ def rollup(rows: list, depth: int) -> list:
     """Sum rows whose module path agrees on the first ``depth`` + 1 components."""
     out = {}
     for r in rows:
-        key = ".".join(r["module"].split(".")[:depth + 1])
+        name, _, mult = r["module"].partition(" ")
+        key = ".".join(name.split(".")[:depth + 1]) + (f" {mult}" if mult else "")
         acc = out.setdefault(key, {"module": key, "LUTeq": 0, "LUT4": 0, "CCU2C": 0, "DPR": 0,
                                    "FF": 0, "EBR": 0, "other": 0, "incl": 0})
         for c in ("LUTeq", "LUT4", "CCU2C", "DPR", "FF", "EBR", "other"):

@@ -79,6 +79,9 @@ class _Ctx:
     @property
     def client(self) -> CsrClient:
         if self._client is None:
+            if not self.target:
+                raise FwError("no target: give --target uart:DEVICE[:BAUD] | tcp:HOST:PORT "
+                              "(or set MRCNIC_TARGET)")
             self._client = CsrClient(open_target(self.target, self.timeout))
         return self._client
 
@@ -212,7 +215,7 @@ def _state(v):
 
 # ----------------------------------------------------------------------------------------
 @click.group("fw")
-@click.option("--target", required=True, envvar="MRCNIC_TARGET", metavar="TARGET",
+@click.option("--target", default=None, envvar="MRCNIC_TARGET", metavar="TARGET",
               help="uart:DEVICE[:BAUD] (board) or tcp:HOST:PORT (simulation). Env: MRCNIC_TARGET.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The NIC's config (TOML): EV profile names and ev_min_active.")
@@ -221,10 +224,11 @@ def _state(v):
 @click.pass_context
 def fw(ctx, target, config_path, as_json, timeout):
     """Firmware: manage a NIC through its CSR bank (docs/register-map.md)."""
-    try:
-        parse_target(target)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--target")
+    if target is not None:
+        try:
+            parse_target(target)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--target")
     if timeout is not None and not 0 < timeout < float("inf"):
         raise click.BadParameter(f"{timeout} is not a positive number of seconds",
                                  param_hint="--timeout")
@@ -435,7 +439,8 @@ def ev_probe(obj, ev_value, profile, wait):
                                   [(r["index"], r["rtt_ns"], "" if r["requested"] else "other probe")
                                    for r in replies] + [(i, "-", "no reply") for i in missing]))
     if missing and not replies:
-        raise FwError(f"no probe reply for EV {ev_value:#x} within {wait} s")
+        raise FwError(f"no probe reply for EV {ev_value:#x} within {wait} s (wall clock; a "
+                      "simulated NIC needs more: --wait 30)")
 
 
 # ---- events / counters ------------------------------------------------------------------

@@ -152,7 +152,7 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, serve_port, ser
                            serve_time_us=serve_time_us, serve_nic=serve_nic)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
-    table = Table(title=f"mrcnic sim {scenario}: {report['description']}")
+    table = Table(title=f"mrcnic sim {scenario}: {report['description']}", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
     for name, value in summary_rows(report):
@@ -161,6 +161,9 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, serve_port, ser
     for path in (json_path, pcap, plot, report.get("waves")):
         if path:
             click.echo(f"wrote {path}")
+    click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
+    if report.get("interrupted"):
+        click.secho("interrupted (Ctrl-C)", fg="yellow", err=True)
     if report["bytes_mismatched"] or not report["complete"]:
         click.secho("transfer incomplete or corrupted", fg="red", err=True)
         sys.exit(1)

@@ -30,7 +30,7 @@ from ..regmap import build_regmap
 from .axi import Axi4LiteSignature, Axi4Signature
 from .axis import AxiStreamSignature
 from .csr import CsrBank
-from .layouts import MAX_PATHS, Completion, EvEvent, PathEntry, WorkRequest
+from .layouts import MAX_PATHS, Completion, EvEvent, EvState, PathEntry, WorkRequest
 from .nic import MRCNic
 from .port_admin import PortAdminGate
 from .reliability import RelQpConfig, RelQpParams
@@ -206,10 +206,18 @@ class CsrNic(wiring.Component):
 
     # ---- path table: shadow + read-modify-write for EV_STATE_SET / EV_WEIGHT_SET ---------
     def _path_table(self, m, csr, nic):
+        """Shadow of the path table for reads and read-modify-writes.  The EV state lives in
+        a separate 2-bit memory that also follows the core's own state changes (sender
+        reliability's ASSUMED_BAD / GOOD), so a read shows the state the NIC uses and a
+        weight change never writes back a stale state."""
         mem = Memory(shape=PathEntry, depth=self.paths, init=[])
         m.submodules.shadow_path = mem
         wp = mem.write_port()
         rp = mem.read_port(transparent_for=())
+        st_mem = Memory(shape=EvState, depth=self.paths, init=[])
+        m.submodules.shadow_state = st_mem
+        st_wp = st_mem.write_port()
+        st_rp = st_mem.read_port(transparent_for=(st_wp,))
         ab = (self.paths - 1).bit_length()
         rmw_idx, rmw_kind, rmw_val = Signal(8), Signal(), Signal(8)
         rmw = Signal(2)     # 0 idle, 1 reading, 2 data ready
@@ -224,29 +232,36 @@ class CsrNic(wiring.Component):
             m.d.sync += rmw.eq(2)
         with m.Elif(rmw == 2):
             m.d.sync += rmw.eq(0)
+        addr = Mux(rmw != 0, rmw_idx, csr.path_addr)
+        current = Signal(PathEntry)
         m.d.comb += [
-            rp.en.eq(1),
-            rp.addr.eq(Mux(rmw != 0, rmw_idx, csr.path_addr)),
-            csr.path_rd_data.eq(rp.data),
-            entry.eq(rp.data),
+            rp.en.eq(1), rp.addr.eq(addr), st_rp.en.eq(1), st_rp.addr.eq(addr),
+            current.eq(rp.data), current.state.eq(st_rp.data),
+            csr.path_rd_data.eq(current),
+            entry.eq(current),
         ]
         with m.If(rmw_kind):
             m.d.comb += entry.weight.eq(rmw_val)
         with m.Else():
             m.d.comb += entry.state.eq(rmw_val[:2])
         in_range = rmw_idx[ab:] == 0
+        w_en, w_addr, w_data = Signal(), Signal(8), Signal(PathEntry)
         with m.If(rmw == 2):
             # a whole-entry write from the controller: the core also clears sender
             # reliability's ASSUMED_BAD mark of the entry (a DENIED entry stays DENIED)
-            m.d.comb += [wp.en.eq(in_range), wp.addr.eq(rmw_idx), wp.data.eq(entry),
-                         nic.pt_w_en.eq(in_range), nic.pt_w_addr.eq(rmw_idx),
-                         nic.pt_w_data.eq(entry)]
+            m.d.comb += [w_en.eq(in_range), w_addr.eq(rmw_idx), w_data.eq(entry)]
         with m.Else():
-            m.d.comb += [wp.en.eq(csr.path_w_en), wp.addr.eq(csr.path_addr),
-                         wp.data.eq(csr.path_w_data),
-                         nic.pt_w_en.eq(csr.path_w_en), nic.pt_w_addr.eq(csr.path_addr),
-                         nic.pt_w_data.eq(csr.path_w_data)]
-        m.d.comb += nic.pt_st_en.eq(0)
+            m.d.comb += [w_en.eq(csr.path_w_en), w_addr.eq(csr.path_addr),
+                         w_data.eq(csr.path_w_data)]
+        m.d.comb += [wp.en.eq(w_en), wp.addr.eq(w_addr), wp.data.eq(w_data),
+                     nic.pt_w_en.eq(w_en), nic.pt_w_addr.eq(w_addr), nic.pt_w_data.eq(w_data),
+                     nic.pt_st_en.eq(0)]
+        # the state copy: the controller's writes win over the core's change in the same cycle
+        with m.If(w_en):
+            m.d.comb += [st_wp.en.eq(1), st_wp.addr.eq(w_addr), st_wp.data.eq(w_data.state)]
+        with m.Else():
+            m.d.comb += [st_wp.en.eq(nic.ev_st_en & (nic.ev_st_addr[ab:] == 0)),
+                         st_wp.addr.eq(nic.ev_st_addr), st_wp.data.eq(nic.ev_st_state)]
 
     # ---- sender reliability: cc + rel -> RelQpConfig -------------------------------------
     def _reliability(self, m, csr, nic):

@@ -162,6 +162,10 @@ class MRCNic(wiring.Component):
         NACKs, ACK timeouts, probes sent, per path-table entry; read latency 1.
     evcnt_dropped : Out(32)
         Per-EV counter increments lost to a full queue.
+    ev_st_en, ev_st_addr, ev_st_state : Out(1), Out(8), Out(EvState)
+        The EV state update applied to every path-table copy this cycle
+        (``pt_st_*`` or sender reliability's ASSUMED_BAD / GOOD), so a
+        controller's copy of the table can follow the NIC's own changes.
 
     Latency and throughput are those of the pipelines plus zero cycles for the
     plane multiplexers (combinational pass-through, frame-level arbitration).
@@ -209,6 +213,7 @@ class MRCNic(wiring.Component):
             "probe_reply": Out(stream.Signature(ProbeReply)),
             "evcnt_rd_en": In(1), "evcnt_rd_addr": In(8), "evcnt_rd_data": Out(EvCounters),
             "evcnt_dropped": Out(32),
+            "ev_st_en": Out(1), "ev_st_addr": Out(8), "ev_st_state": Out(EvState),
         }
         for i in range(ports):
             members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
@@ -234,6 +239,8 @@ class MRCNic(wiring.Component):
             m.d.comb += [st_en.eq(1), st_addr.eq(self.pt_st_addr), st_state.eq(self.pt_st_state)]
         with m.Else():
             m.d.comb += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
+        m.d.comb += [self.ev_st_en.eq(st_en), self.ev_st_addr.eq(st_addr),
+                     self.ev_st_state.eq(st_state)]
         m.d.comb += [
             probe_table.w_en.eq(self.pt_w_en), probe_table.w_addr.eq(self.pt_w_addr),
             probe_table.w_data.eq(self.pt_w_data),

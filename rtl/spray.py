@@ -71,9 +71,18 @@ from .path_table import PathTable
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 6   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
-LATENCY = 6         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
-OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
+SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+LATENCY = 7         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+OUT_DEPTH = 5       #: decision skid FIFO entries (covers the 4 scheduled-ahead stages + 1)
+
+
+def _lowest(bits, values, width):
+    """The value of the lowest set bit of ``bits`` (0 when none), as a flat AND-OR."""
+    out, seen = C(0, width), C(0, 1)
+    for b, v in zip(bits, values):
+        out = out | Mux(b & ~seen, v, 0)
+        seen = seen | b
+    return out
 
 
 def _first_set(m, vec, width, name):
@@ -207,31 +216,57 @@ class SprayScheduler(wiring.Component):
         with m.If(p_load):
             m.d.sync += [p_valid.eq(a_valid), p_qp.eq(a_qp), p_rng.eq(a_rng)]
 
-        # P, combinational: successor map S[p] = first candidate above entry p, wrapping to the
-        # lowest (in-group search, else the first candidate of the next non-empty group).
-        p_any = Signal(n_grp)
-        p_first = Array(Signal(4, name=f"p_first{g}") for g in range(n_grp))
+        p_gany = Signal(n_grp)          # per group of 16: p_cand has a candidate there
+        m.d.sync += p_gany.eq(Cat(*[Mux(p_load, ga.any(), gp.any())
+                                    for ga, gp in zip(groups(a_cand), groups(p_live))]))
+
+        # P, combinational: per entry the next candidate above it in its own group, and per
+        # group its first candidate; flat two-level (4 x 4) searches, registered in N.
+        ig_has, ig_idx, p_first = [], [], []
         for g, vec in enumerate(groups(p_cand)):
-            m.d.comb += [p_any[g].eq(vec.any()), p_first[g].eq(_first_set(m, vec, 16, f"p_f{g}")[1])]
-        _, p_low = _first_set(m, p_any, n_grp, "p_low")
+            q_any = [vec[4 * k:4 * k + 4].any() for k in range(4)]
+            q_first = [_lowest(list(vec[4 * k:4 * k + 4]), [C(i, 2) for i in range(4)], 2)
+                       for k in range(4)]
+            p_first.append(_lowest(q_any, [Cat(q_first[k], C(k, 2)) for k in range(4)], 4))
+            for b in range(16):
+                k, j = divmod(b, 4)
+                w_bits = [vec[4 * k + i] for i in range(j + 1, 4)]          # in b's quad
+                has, idx = Signal(name=f"p_ih{16 * g + b}"), Signal(4, name=f"p_ii{16 * g + b}")
+                q_has = Cat(*q_any[k + 1:]).any() if k < 3 else C(0, 1)
+                q_idx = (_lowest(q_any[k + 1:], [Cat(q_first[kk], C(kk, 2))
+                                                 for kk in range(k + 1, 4)], 4) if k < 3 else C(0, 4))
+                if w_bits:
+                    w_idx = _lowest(w_bits, [C(4 * k + i, 4) for i in range(j + 1, 4)], 4)
+                    w_has = Cat(*w_bits).any()
+                    m.d.comb += [has.eq(w_has | q_has), idx.eq(Mux(w_has, w_idx, q_idx))]
+                else:
+                    m.d.comb += [has.eq(q_has), idx.eq(q_idx)]
+                ig_has.append(has)
+                ig_idx.append(idx)
+
+        # ---- stage N: next-candidate maps, registered -----------------------------------------
+        n_valid = Signal()
+        n_qp = Signal(range(MAX_QPS))
+        n_cand = Signal(depth)
+        n_cm = Signal(depth)
+        n_has = Signal(depth)
+        n_gany = Signal(n_grp)
+        n_idx = Array(Signal(4, name=f"n_idx{i}") for i in range(depth))
+        n_first = [Signal(4, name=f"n_first{g}") for g in range(n_grp)]
+        m.d.sync += [n_valid.eq(p_adv), n_qp.eq(p_qp), n_cand.eq(p_cand), n_cm.eq(p_cm),
+                     n_has.eq(Cat(*ig_has)), n_gany.eq(p_gany)]
+        m.d.sync += [n_idx[i].eq(ig_idx[i]) for i in range(depth)]
+        m.d.sync += [n_first[g].eq(p_first[g]) for g in range(n_grp)]
+        # N, combinational: per group the first candidate of the next non-empty group after it
+        # (wrapping to the lowest), then the successor map S[p] = first candidate above entry p.
         succ = []
         for g in range(n_grp):
-            above = p_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
-            if g < n_grp - 1:
-                has, g2 = _first_set(m, above, n_grp, f"p_above{g}")
-                gsel = Mux(has, g2, p_low)
-            else:
-                gsel = p_low
-            gs = Signal(4, name=f"p_nfg{g}")
-            nf = Signal(abits, name=f"p_nf{g}")
-            m.d.comb += [gs.eq(gsel), nf.eq(gidx(p_first[gs], gs))]
-            for b in range(16):
-                s = Signal(abits, name=f"p_s{16 * g + b}")
-                m.d.comb += s.eq(nf)
-                for i in reversed(range(b + 1, 16)):
-                    with m.If(p_cand[16 * g + i]):
-                        m.d.comb += s.eq(16 * g + i)
-                succ.append(s)
+            order = list(range(g + 1, n_grp)) + list(range(g + 1))   # groups after g, wrapping
+            nf = Signal(abits, name=f"n_nf{g}")
+            m.d.comb += nf.eq(_lowest([n_gany[x] for x in order],
+                                      [gidx(n_first[x], x)[:abits] for x in order], abits))
+            succ += [Mux(n_has[16 * g + b], gidx(n_idx[16 * g + b], g)[:abits], nf)
+                     for b in range(16)]
 
         # ---- stage B: the request's successor map and bitmaps, registered ---------------------
         b_valid = Signal()
@@ -240,12 +275,16 @@ class SprayScheduler(wiring.Component):
         b_cm = Signal(depth)
         b_succ = Signal(depth * abits)
         b_cur = Signal(abits, init=depth - 1)   # the QP's position, counters and weight snapshot
-        b_cnt, b_first, b_wgt = Signal(8), Signal(), Signal(8)
-        m.d.sync += [b_valid.eq(p_adv), b_qp.eq(p_qp), b_cand.eq(p_cand), b_cm.eq(p_cm),
+        b_cnt, b_first, b_more = Signal(8), Signal(), Signal()
+        m.d.sync += [b_valid.eq(n_valid), b_qp.eq(n_qp), b_cand.eq(n_cand), b_cm.eq(n_cm),
                      b_succ.eq(Cat(*succ))]
 
-        def at(vec, pos):               # B's bitmap / successor of entry ``pos``
-            return vec.word_select(pos, abits) if len(vec) == depth * abits else vec.bit_select(pos, 1)
+        def at(vec, pos):               # B's bitmap / successor of entry ``pos``: a 2:1 mux tree
+            w = abits if len(vec) == depth * abits else 1   # (separate trees: never shared with
+            words = [vec[w * i:w * (i + 1)] for i in range(depth)]    # the other lookups)
+            for bit in range(abits):
+                words = [Mux(pos[bit], words[2 * i + 1], words[2 * i]) for i in range(len(words) // 2)]
+            return words[0]
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
         # C holds its request's position c, the successor s1 of c and whether c is a candidate
@@ -259,17 +298,20 @@ class SprayScheduler(wiring.Component):
         cc, cmc = Signal(), Signal()    # c is a candidate / a candidate of weight >= 2
         n = Signal(8)                   # decisions in a row on c (0: no position yet)
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
-        c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
+        c_more = Signal()               # n < weight snapshot of c (used when n >= 2)
 
         cur = Array(Signal(abits, init=depth - 1, name=f"cur{q}") for q in range(MAX_QPS))
         first = Array(Signal(name=f"first{q}") for q in range(MAX_QPS))
         cnt = Array(Signal(8, name=f"cnt{q}") for q in range(MAX_QPS))
-        wgt = Array(Signal(8, name=f"wgt{q}") for q in range(MAX_QPS))
+        more = Array(Signal(name=f"more{q}") for q in range(MAX_QPS))
 
-        # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
+        # Weight snapshot: the LUT-RAM weight of c, read every cycle and compared with the count
+        # the next decision on c would have (n + 1), registered: the loop sees one flag.
         m.d.comb += table.wt_addr.eq(c)
+        more_next = Signal()
+        m.d.comb += more_next.eq(n + 1 < table.wt_data)
         repeat = Signal()
-        m.d.comb += repeat.eq(Mux(c_first, cmc, cc & (n < c_w)))
+        m.d.comb += repeat.eq(Mux(c_first, cmc, cc & c_more))
         pick = Signal(abits)
         m.d.comb += pick.eq(Mux(repeat, c, s1))
         new_n = Signal(8)
@@ -277,25 +319,25 @@ class SprayScheduler(wiring.Component):
 
         with m.If(c_valid):
             m.d.sync += [cur[c_qp].eq(pick), first[c_qp].eq(~repeat), cnt[c_qp].eq(new_n),
-                         wgt[c_qp].eq(table.wt_data)]
+                         more[c_qp].eq(more_next)]
         # The QP position travels with the request: forwarded from a same-QP pick this cycle.
         with m.If(c_valid & (c_qp == b_qp)):
-            m.d.sync += [c.eq(pick), n.eq(new_n), c_first.eq(~repeat), c_w.eq(table.wt_data),
+            m.d.sync += [c.eq(pick), n.eq(new_n), c_first.eq(~repeat), c_more.eq(more_next),
                          s1.eq(Mux(repeat, at(b_succ, c), at(b_succ, s1))),
                          cc.eq(Mux(repeat, at(b_cand, c), at(b_cand, s1))),
                          cmc.eq(Mux(repeat, at(b_cm, c), at(b_cm, s1)))]
         with m.Else():
-            m.d.sync += [c.eq(b_cur), n.eq(b_cnt), c_first.eq(b_first), c_w.eq(b_wgt),
+            m.d.sync += [c.eq(b_cur), n.eq(b_cnt), c_first.eq(b_first), c_more.eq(b_more),
                          s1.eq(at(b_succ, b_cur)), cc.eq(at(b_cand, b_cur)),
                          cmc.eq(at(b_cm, b_cur))]
         # B's copy of its QP's stored position (read while the request enters B; a pick of the
         # same QP made in C in that cycle is forwarded), so C's load from it is one lookup.
-        with m.If(c_valid & (c_qp == p_qp)):
+        with m.If(c_valid & (c_qp == n_qp)):
             m.d.sync += [b_cur.eq(pick), b_cnt.eq(new_n), b_first.eq(~repeat),
-                         b_wgt.eq(table.wt_data)]
+                         b_more.eq(more_next)]
         with m.Else():
-            m.d.sync += [b_cur.eq(cur[p_qp]), b_cnt.eq(cnt[p_qp]), b_first.eq(first[p_qp]),
-                         b_wgt.eq(wgt[p_qp])]
+            m.d.sync += [b_cur.eq(cur[n_qp]), b_cnt.eq(cnt[n_qp]), b_first.eq(first[n_qp]),
+                         b_more.eq(more[n_qp])]
 
         # ---- output: skid FIFO (falls through when empty) and decision register ---------------
         m.submodules.fifo = fifo = SyncFIFO(width=8, depth=OUT_DEPTH)

@@ -41,6 +41,8 @@ import json
 import logging
 import os
 import random
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -69,7 +71,6 @@ _ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AE
 def _source_hash(params: dict) -> str:
     """Hash of what the NIC Verilog depends on: parameters, Amaranth version, the source of
     every ``mrcnic.rtl`` module MRCNic imports, ``mrcnic/wire.py`` and ``sim/rtlsim.py``."""
-    import sys
 
     import amaranth
 
@@ -400,8 +401,16 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         th = threading.Thread(target=worker, daemon=True)
         th.start()
         total = len(wrs) * sc["size"] if serve is None else None
-        _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
-                       port_file if serve is not None else None)
+        try:
+            _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
+                           port_file if serve is not None else None)
+        except KeyboardInterrupt:
+            # Ctrl-C reached the simulator too: its SIGINT handler ends the run at the next
+            # clock and the report is written as usual (``interrupted``)
+            print("interrupted: stopping the simulation and writing the report ...",
+                  file=sys.stderr)
+            (build_dir / "serve.stop").write_text("interrupted")
+            done.wait()
         th.join()
         if err:
             exc = err[0]
@@ -799,6 +808,10 @@ if cocotb is not None:
         done_at = None
         stall_ns = sc.get("stall_ns", 100_000.0)
         stalled = False
+        # Ctrl-C: end the run cleanly at the next clock (Icarus would otherwise stop at its
+        # interactive prompt and hang the run)
+        interrupted = []
+        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
         prog = open(job["progress"], "a")
         wall0 = time.monotonic()
         cycles = 0
@@ -846,6 +859,8 @@ if cocotb is not None:
                                            cpl_expected=sum(expected.values()),
                                            cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
                 prog.flush()
+            if interrupted:
+                break
             if bridge is not None:
                 bridge.service()
                 if cycles & 4095 == 0 and os.path.exists(serve["stop_file"]):
@@ -916,6 +931,7 @@ if cocotb is not None:
             evs=tables[wrs[0]["src"]].qp_contexts[wrs[0]["qp"]]["profile_count"],
             nics=len(nics), size=sc["size"], transfers=per_transfer,
             complete=done_at is not None or rounds > 1, stalled=stalled, rounds=rounds,
+            interrupted=bool(interrupted),
             csr_ops=bridge.ops if bridge is not None else 0,
             bytes_posted=posted, bytes_delivered=delivered, bytes_mismatched=mismatched,
             packets_sent=obs.data_sent, retransmissions=obs.retx,

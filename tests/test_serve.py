@@ -147,6 +147,12 @@ def test_agent_link_loss_and_recovery(tmp_path):
     sc = _scenario(failures=[{"action": "fail_link", "target": link, "at": 1.0},
                              {"action": "recover_link", "target": link, "at": 6.0}])
     with served(sc, tmp_path) as (target, client, _):
+        # the NIC's own reaction first, seen through the CSR bank: an entry goes ASSUMED_BAD
+        # (ACK timeout; the path table read back follows the NIC's state changes)
+        deadline = time.monotonic() + 900
+        while not any(entry_state(client, i) == EvState.ASSUMED_BAD.value for i in range(8)):
+            assert time.monotonic() < deadline, "no entry went ASSUMED_BAD"
+            time.sleep(0.5)
         actions = []
         # wall-clock timings for a simulation at a few us of simulated time per second
         agent = WeightAgent(client, period_s=0.2, probe_timeout_s=3.0, restore_after=2,
