@@ -352,9 +352,9 @@ def build_regmap(ports: int = 4, clock_mhz: int = 125, window: int = 256, region
         Table("rel", TableId.REL, RelQpParams, qps,
               "Sender reliability of each QP (``rtl/reliability.py`` ``RelQpParams``: first PSN, "
               "EV profile range, ev_min_active, ACK timeout 1.024 us x 2^t, retries, probe "
-              "interval and ECN hold in cycles).  Writing it or the QP's ``cc`` entry "
-              "(re)configures the QP's sender reliability with both and resets its PSN state: "
-              "only while the QP is idle."),
+              "interval and ECN hold in cycles).  Writing it (re)configures the QP's sender "
+              "reliability with it and the QP's ``cc`` entry and resets its PSN state: only "
+              "while the QP is idle.  A ``cc`` write alone applies at once without a reset."),
     ]
     words = max(t.words for t in tables)
 

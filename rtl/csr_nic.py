@@ -97,9 +97,10 @@ class CsrNic(wiring.Component):
       / ``EV_WEIGHT_SET`` read the shadow entry, change one field and write it
       back (3 cycles; the bus answers after 2, so back-to-back commands are
       safe); indices >= ``paths`` are ignored;
-    * ``cc`` (NSCC parameters) and ``rel`` (``RelQpParams``) of a QP are joined
-      into its ``RelQpConfig`` and written to sender reliability the cycle
-      after either is written (this resets the QP's PSN state);
+    * ``cc`` (NSCC parameters) of a QP applies at once (its window restarts at
+      ``init_cwnd``, its PSN state is kept); ``rel`` (``RelQpParams``) is joined
+      with the QP's ``cc`` entry into its ``RelQpConfig`` and written to sender
+      reliability the cycle after (this resets the QP's PSN state: only while idle);
     * ``EV_PROBE_REQ`` hands ``{qp, index}`` to the core (held until taken; an
       index >= ``paths`` is ignored: no probe, no reply);
       the reply, if the path works, is the head of ``EV_PROBE_STATUS`` /
@@ -271,12 +272,15 @@ class CsrNic(wiring.Component):
         m.d.sync += go.eq(0)
         for q, c in enumerate(cur):
             with m.If(csr.cc_w_en & (csr.cc_addr == q)):
-                m.d.sync += [c.nscc.eq(csr.cc_w_data), go.eq(1), go_addr.eq(q)]
+                m.d.sync += c.nscc.eq(csr.cc_w_data)
             with m.If(csr.rel_w_en & (csr.rel_addr == q)):
                 m.d.sync += [c.as_value()[:nparams].eq(csr.rel_w_data.as_value()), go.eq(1),
                              go_addr.eq(q)]
         m.d.comb += [nic.rel_w_en.eq(go), nic.rel_w_addr.eq(go_addr),
-                     nic.rel_w_data.eq(Array(cur)[go_addr])]
+                     nic.rel_w_data.eq(Array(cur)[go_addr]),
+                     # a CC profile change applies at once and keeps the QP's PSN state
+                     nic.cc_w_en.eq(csr.cc_w_en), nic.cc_w_addr.eq(csr.cc_addr),
+                     nic.cc_w_data.eq(csr.cc_w_data)]
 
     # ---- EV events and probes ------------------------------------------------------------
     def _events_and_probes(self, m, csr, nic):

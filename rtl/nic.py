@@ -39,6 +39,7 @@ from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvCounters, EvE
                       WorkRequest)
 from .path_table import PathTable
 from .plane_mux import PlaneMux
+from .nscc import NsccConfig
 from .reliability import RelQpConfig, SenderReliability
 from .rx import RxPipeline
 from .spray import SprayScheduler
@@ -137,6 +138,9 @@ class MRCNic(wiring.Component):
         Sender-reliability context of a QP (``mrcnic.config.rel_qp_configs``):
         EV profile, ev_min_active, ACK timeout exponent, retries, probe
         interval, ECN hold, NSCC parameters.  Required before sending on the QP.
+    cc_w_en, cc_w_addr, cc_w_data : In(1), In(3), In(NsccConfig)
+        Live CC-profile (NSCC parameter) change of a QP, without resetting its
+        PSN state (``SenderReliability.cc_w_*``).
     send_cpl : Out(stream.Signature(Completion))
         Send completions: a message every PSN of which the peer acknowledged.
     ev_event : Out(stream.Signature(EvEvent))
@@ -203,6 +207,7 @@ class MRCNic(wiring.Component):
             "placed_bytes": Out(32), "duplicates": Out(32), "out_of_window": Out(32),
             "acks_sent": Out(32), "accepted": Out(32),
             "rel_w_en": In(1), "rel_w_addr": In(3), "rel_w_data": In(RelQpConfig),
+            "cc_w_en": In(1), "cc_w_addr": In(3), "cc_w_data": In(NsccConfig),
             "send_cpl": Out(stream.Signature(Completion)),
             "ev_event": Out(stream.Signature(EvEvent)),
             "retransmits": Out(32), "timeouts": Out(32), "trim_nacks": Out(32),
@@ -352,6 +357,8 @@ class MRCNic(wiring.Component):
             rel.eligible.eq(tx.eligible),
             rel.cfg_w_en.eq(self.rel_w_en), rel.cfg_w_addr.eq(self.rel_w_addr),
             rel.cfg_w_data.eq(self.rel_w_data),
+            rel.cc_w_en.eq(self.cc_w_en), rel.cc_w_addr.eq(self.cc_w_addr),
+            rel.cc_w_data.eq(self.cc_w_data),
             rel.recycle.ready.eq(1),
             self.cwnd.eq(rel.cwnd),
             self.retransmits.eq(tx.retransmits), self.timeouts.eq(rel.timeouts),

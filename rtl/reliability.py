@@ -214,6 +214,11 @@ class SenderReliability(wiring.Component):
         nothing in flight, cwnd = ``nscc.init_cwnd``) and clears the
         ASSUMED_BAD marks of its profile range.  Write only while the QP has
         no traffic; it has priority over everything else in that cycle.
+    cc_w_en, cc_w_addr, cc_w_data : In(1), In(3), In(NsccConfig)
+        Live CC-profile change of a QP (OCP MRC CC profile): the NSCC
+        parameters are replaced and the QP's window restarts at ``init_cwnd``;
+        its PSN state is kept (unlike ``cfg_w_*``).  ``cfg_w_en`` wins in the
+        same cycle.
     retx : Out(stream.Signature(RetxReq))
         PSNs to send again (8-deep FIFO; the engine waits while it is full).
     st_en, st_addr, st_state : Out(1), Out(8), Out(EvState)
@@ -274,6 +279,9 @@ class SenderReliability(wiring.Component):
             "cfg_w_en": In(1),
             "cfg_w_addr": In(3),
             "cfg_w_data": In(RelQpConfig),
+            "cc_w_en": In(1),
+            "cc_w_addr": In(3),
+            "cc_w_data": In(NsccConfig),
             "retx": Out(stream.Signature(RetxReq)),
             "st_en": Out(1),
             "st_addr": Out(8),
@@ -322,8 +330,11 @@ class SenderReliability(wiring.Component):
         # ---- NSCC ------------------------------------------------------
         m.submodules.nscc = nscc = Nscc(qps)
         m.d.comb += [
-            nscc.cfg_w_en.eq(self.cfg_w_en), nscc.cfg_w_addr.eq(self.cfg_w_addr),
-            nscc.cfg_w_data.eq(self.cfg_w_data.nscc), nscc.now_ns.eq(now),
+            # a full QP configuration, or a live CC-profile change (cc_w_*: no QP reset)
+            nscc.cfg_w_en.eq(self.cfg_w_en | self.cc_w_en),
+            nscc.cfg_w_addr.eq(Mux(self.cfg_w_en, self.cfg_w_addr, self.cc_w_addr)),
+            nscc.cfg_w_data.eq(Mux(self.cfg_w_en, self.cfg_w_data.nscc, self.cc_w_data)),
+            nscc.now_ns.eq(now),
             self.cwnd.eq(nscc.cwnd),
         ]
 
@@ -758,6 +769,8 @@ class SenderReliability(wiring.Component):
         ctl_clr = Mux(self.ctl_st_en & (self.ctl_st_addr < paths),
                       Const(1, paths) << self.ctl_st_addr[:ibits], 0)
         m.d.comb += bad_clr.eq(srch_clr | Mux(w_ok, wmask, 0) | ctl_clr)
+        with m.If(~self.cfg_w_en & self.cc_w_en & (self.cc_w_addr < qps)):
+            m.d.sync += cfg[self.cc_w_addr].nscc.eq(self.cc_w_data)
         with m.If(w_ok):
             a = self.cfg_w_addr
             m.d.sync += [cfg[a].eq(wd), qvalid[a].eq(1), una[a].eq(wd.start_psn),

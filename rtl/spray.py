@@ -76,15 +76,6 @@ LATENCY = 7         #: cycles from a ``req`` transfer to its ``decision`` valid 
 OUT_DEPTH = 5       #: decision skid FIFO entries (covers the 4 scheduled-ahead stages + 1)
 
 
-def _lowest(bits, values, width):
-    """The value of the lowest set bit of ``bits`` (0 when none), as a flat AND-OR."""
-    out, seen = C(0, width), C(0, 1)
-    for b, v in zip(bits, values):
-        out = out | Mux(b & ~seen, v, 0)
-        seen = seen | b
-    return out
-
-
 def _first_set(m, vec, width, name):
     """Lowest set bit of ``vec`` (``width`` bits): returns (any, index) signals."""
     idx = Signal(range(max(width, 2)), name=f"{name}_idx")
@@ -220,29 +211,47 @@ class SprayScheduler(wiring.Component):
         m.d.sync += p_gany.eq(Cat(*[Mux(p_load, ga.any(), gp.any())
                                     for ga, gp in zip(groups(a_cand), groups(p_live))]))
 
-        # P, combinational: per entry the next candidate above it in its own group, and per
-        # group its first candidate; flat two-level (4 x 4) searches, registered in N.
-        ig_has, ig_idx, p_first = [], [], []
+        # P, combinational: per entry the next candidate above it in its own group (a 4 x 4
+        # two-level search), per group the first candidate of the next non-empty group after
+        # it (wrapping to the lowest); both registered in N.
+        ig_has, ig_idx = [], []
+        p_first = Array(Signal(4, name=f"p_first{g}") for g in range(n_grp))
         for g, vec in enumerate(groups(p_cand)):
             q_any = [vec[4 * k:4 * k + 4].any() for k in range(4)]
-            q_first = [_lowest(list(vec[4 * k:4 * k + 4]), [C(i, 2) for i in range(4)], 2)
-                       for k in range(4)]
-            p_first.append(_lowest(q_any, [Cat(q_first[k], C(k, 2)) for k in range(4)], 4))
+            q_first = []
+            for k in range(4):
+                qf = Signal(2, name=f"p_qf{g}_{k}")
+                for i in reversed(range(4)):
+                    with m.If(vec[4 * k + i]):
+                        m.d.comb += qf.eq(i)
+                q_first.append(qf)
+            for kk in reversed(range(4)):
+                with m.If(q_any[kk]):
+                    m.d.comb += p_first[g].eq(Cat(q_first[kk], C(kk, 2)))
             for b in range(16):
                 k, j = divmod(b, 4)
-                w_bits = [vec[4 * k + i] for i in range(j + 1, 4)]          # in b's quad
                 has, idx = Signal(name=f"p_ih{16 * g + b}"), Signal(4, name=f"p_ii{16 * g + b}")
-                q_has = Cat(*q_any[k + 1:]).any() if k < 3 else C(0, 1)
-                q_idx = (_lowest(q_any[k + 1:], [Cat(q_first[kk], C(kk, 2))
-                                                 for kk in range(k + 1, 4)], 4) if k < 3 else C(0, 4))
-                if w_bits:
-                    w_idx = _lowest(w_bits, [C(4 * k + i, 4) for i in range(j + 1, 4)], 4)
-                    w_has = Cat(*w_bits).any()
-                    m.d.comb += [has.eq(w_has | q_has), idx.eq(Mux(w_has, w_idx, q_idx))]
-                else:
-                    m.d.comb += [has.eq(q_has), idx.eq(q_idx)]
+                for kk in reversed(range(k + 1, 4)):
+                    with m.If(q_any[kk]):
+                        m.d.comb += [has.eq(1), idx.eq(Cat(q_first[kk], C(kk, 2)))]
+                for i in reversed(range(j + 1, 4)):
+                    with m.If(vec[4 * k + i]):
+                        m.d.comb += [has.eq(1), idx.eq(4 * k + i)]
                 ig_has.append(has)
                 ig_idx.append(idx)
+        _, p_low = _first_set(m, p_gany, n_grp, "p_low")
+        p_nf = []
+        for g in range(n_grp):
+            above = p_gany & (((1 << n_grp) - 1) & ~((2 << g) - 1))
+            if g < n_grp - 1:
+                has, g2 = _first_set(m, above, n_grp, f"p_above{g}")
+                gsel = Mux(has, g2, p_low)
+            else:
+                gsel = p_low
+            gs = Signal(4, name=f"p_nfg{g}")
+            nf = Signal(abits, name=f"p_nf{g}")
+            m.d.comb += [gs.eq(gsel), nf.eq(gidx(p_first[gs], gs))]
+            p_nf.append(nf)
 
         # ---- stage N: next-candidate maps, registered -----------------------------------------
         n_valid = Signal()
@@ -250,23 +259,14 @@ class SprayScheduler(wiring.Component):
         n_cand = Signal(depth)
         n_cm = Signal(depth)
         n_has = Signal(depth)
-        n_gany = Signal(n_grp)
         n_idx = Array(Signal(4, name=f"n_idx{i}") for i in range(depth))
-        n_first = [Signal(4, name=f"n_first{g}") for g in range(n_grp)]
+        n_nf = Array(Signal(abits, name=f"n_nf{g}") for g in range(n_grp))
         m.d.sync += [n_valid.eq(p_adv), n_qp.eq(p_qp), n_cand.eq(p_cand), n_cm.eq(p_cm),
-                     n_has.eq(Cat(*ig_has)), n_gany.eq(p_gany)]
+                     n_has.eq(Cat(*ig_has))]
         m.d.sync += [n_idx[i].eq(ig_idx[i]) for i in range(depth)]
-        m.d.sync += [n_first[g].eq(p_first[g]) for g in range(n_grp)]
-        # N, combinational: per group the first candidate of the next non-empty group after it
-        # (wrapping to the lowest), then the successor map S[p] = first candidate above entry p.
-        succ = []
-        for g in range(n_grp):
-            order = list(range(g + 1, n_grp)) + list(range(g + 1))   # groups after g, wrapping
-            nf = Signal(abits, name=f"n_nf{g}")
-            m.d.comb += nf.eq(_lowest([n_gany[x] for x in order],
-                                      [gidx(n_first[x], x)[:abits] for x in order], abits))
-            succ += [Mux(n_has[16 * g + b], gidx(n_idx[16 * g + b], g)[:abits], nf)
-                     for b in range(16)]
+        m.d.sync += [n_nf[g].eq(p_nf[g]) for g in range(n_grp)]
+        # N, combinational: successor map S[p] = first candidate above entry p, wrapping
+        succ = [Mux(n_has[i], gidx(n_idx[i], i // 16)[:abits], n_nf[i // 16]) for i in range(depth)]
 
         # ---- stage B: the request's successor map and bitmaps, registered ---------------------
         b_valid = Signal()

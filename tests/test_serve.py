@@ -137,6 +137,12 @@ def test_serve_ev_list_deny_probe_allow(tmp_path):
 
         fw(target, "ev", "allow", hex(victim["ev"]))
         wait_traffic(client, [victim["index"]], 3)            # back in use
+
+        # a CC profile change applies live: the QP keeps sending (no PSN-state reset)
+        fw(target, "cc", "set", "0", "max_cwnd=0x20000")
+        with BUS:
+            assert client.read_table("cc", 0)["max_cwnd"] == 0x20000
+        wait_traffic(client, indices, 16)
         counters = fw(target, "counters")
         assert counters
 

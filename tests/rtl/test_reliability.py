@@ -22,7 +22,8 @@ from mrcnic.sim.tb import StreamSource, pack, start, unpack
 PATHS = 16
 INPUTS = ["sent__valid", "sent__payload", "ack__valid", "ack__payload", "eligible",
           "cfg_w_en", "cfg_w_addr", "cfg_w_data", "retx__ready", "event__ready",
-          "probe__ready", "recycle__ready", "send_cpl__ready", "ctl_st_en", "ctl_st_addr"]
+          "probe__ready", "recycle__ready", "send_cpl__ready", "ctl_st_en", "ctl_st_addr",
+          "cc_w_en", "cc_w_addr", "cc_w_data"]
 OUTS = {"retx": RetxReq, "event": EvEvent, "probe": ProbeReq, "recycle": None, "send_cpl": Completion}
 
 
