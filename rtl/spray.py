@@ -20,45 +20,60 @@ the current one, wrapping to the lowest eligible entry of the profile.  A
 interleaving over bursts uses weight 1 and copies, which this discipline also
 honours.)
 
-Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
---------------------------------------------------------------------------------
-* **A** (request register): the profile's range mask AND the live eligible
-  bitmap gives the candidates; per group of 16 entries an "any" bit and the
-  lowest candidate are computed.  A request with no candidate waits here
-  (``no_path``); A also waits while the output could not absorb it (credit:
-  skid-FIFO level + requests in B, C and D < ``OUT_DEPTH``), so B, C, D never stall.
-* **B**: for every group, the first candidate of the next non-empty group after
-  it (wrapping to the lowest), registered: the group-level search is done.
-* **C** (the only loop, one cycle): the QP position (forwarded from a same-QP
-  pick in the previous cycle, otherwise the QP's registers) either repeats
-  (still a candidate and fewer decisions than its weight: the ``multi``
-  candidate bitmap after one decision, then a registered weight snapshot),
-  takes the next candidate in its own group (a 16-bit find-next), or takes
-  the registered next-group candidate.
-* **D / output**: the pick is registered (D), then goes to the decision
-  register (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the
-  table's block RAM is read from D or the FIFO when the decision register is
-  loaded, so it is outside the loop.
+Pipeline (timing: the selection loop holds no search, no compare and no block-RAM read)
+-------------------------------------------------------------------------------------
+* **A** (request register): the profile's range mask.
+* **P** (candidate snapshot): range AND the live eligible bitmap, the ``multi``
+  bitmap and per-group (16 entries) "any" bits, registered every cycle; a request
+  with no candidate waits here (``no_path``, refreshed every cycle) and also while
+  the output could not absorb it (credit: requests in N, B, C, D + skid-FIFO level
+  < ``OUT_DEPTH``), so N, B, C, D never stall.  P computes, flat 4 x 4 searches,
+  every entry's next candidate inside its own group and every group's first.
+* **N**: per group the first candidate of the next non-empty group (wrapping), and
+  from it the successor map ``S[p]`` = first candidate above entry ``p`` (wrapping
+  to the lowest): the whole search is done, registered in B (one register per entry).
+* **B**: holds ``S`` and the candidate / ``multi`` bitmaps of the next request of C,
+  and its QP's stored position (forwarded from a same-QP pick in C).
+* **C** (the only loop, one cycle): C holds the position ``c``, its successor
+  ``s1``, "c is a candidate", "c has weight >= 2" and "n + 1 < weight snapshot"
+  (all computed the cycle before).  ``repeat`` is one LUT of those flags; the pick
+  is ``c`` or ``s1``; the next request's ``c``/``s1``/flags are looked up in B's
+  maps at both ``c`` and ``s1`` (separate 2:1 mux trees) and chosen by ``repeat``
+  (or, for a request of another QP, looked up at B's stored position).
+* **D / output**: the pick is registered (D), then goes to the decision register
+  (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the table's block RAM
+  is read from D or the FIFO when the decision register is loaded.
+
+Latency ``LATENCY`` = 7 cycles from the ``req`` transfer to ``decision`` valid (was
+5 before the N/B split), one decision per clock sustained, any QP order.
 
 Changes while traffic runs
 --------------------------
-The candidates of a request are taken in stage A from the eligible bitmap, so
+The candidates of a request are taken in stage P from the eligible bitmap, so
 state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
-every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 5 or more cycles after
+every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after
 the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
-already scheduled (in B, C, D or the skid FIFO) are not withdrawn.  Other
+already scheduled (in N, B, C, D or the skid FIFO) are not withdrawn.  Other
 weight changes apply within two decisions of a burst (the burst count is
-checked against a weight snapshot read from the table's LUT-RAM copy one
-cycle after the entry was picked; the first repeat uses the ``multi`` bitmap).
+checked against the table's LUT-RAM weight of ``c``, read and compared every
+cycle; the first repeat uses the ``multi`` bitmap).
 
 Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
-LFE5U-25F CABGA256, depth 256, ``tests/rtl/fmax_spray.py``): about 6.0k LUT4,
-2.7k FFs, 6 DP16KD, 70 MHz (was 3.3k / 1.2k / 6 / 53 MHz single-cycle).  Still
-short of 125 MHz: the remaining loop is stage C (position -> group mux,
-candidate lookup, 16-bit find-next -> pick).  Next step: keep the current
-group's remaining candidates as a 16-bit register (lowest set bit and its
-removal by carry chain) and the candidate/weight checks of the forwarded
-position precomputed, so C is about 4 LUT levels.
+LFE5U-25F CABGA256, seed 1, ``tests/rtl/fmax_spray.py``):
+
+=====  ====================================  ====================================
+depth  this design (LUT4 / FF / EBR / Fmax)  previous A/B/C/D design
+=====  ====================================  ====================================
+64     3389 / 1772 / 6 / 113.7 MHz           1810 / 1002 / 6 / 105.7 MHz
+256    14041 / 6424 / 6 / 73.3 MHz           6004 / 2702 / 6 / 70.1 MHz
+=====  ====================================  ====================================
+
+Still short of 125 MHz.  At depth 64 the critical path is now the C lookup
+(``c`` -> 64:1 mux tree of B's successor map -> ``s1``), which ABC maps as a
+chain of ~6 LUT4 instead of 3 LUT6-equivalent levels; at depth 256 the 256:1
+lookups plus their fan-out (routing 2.8 ns on the first net).  The successor map
+costs ``depth`` x (address bits) registers and three mux trees per lookup bit,
+hence the LUT growth at 256.
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
@@ -74,6 +89,18 @@ __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
 LATENCY = 7         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
 OUT_DEPTH = 5       #: decision skid FIFO entries (covers the 4 scheduled-ahead stages + 1)
+
+
+def _lowest(bits, values, width):
+    """The value of the lowest set bit of ``bits`` (0 when none), as one flat AND-OR.
+
+    No chained terms: every term is built from the inputs directly, which keeps the logic
+    depth low and event-driven simulators free of glitch cascades."""
+    terms = []
+    for k, (b, v) in enumerate(zip(bits, values)):
+        sel = b & ~Cat(*bits[:k]).any() if k else b
+        terms.append(Mux(sel, v, 0))
+    return Cat(*[Cat(*[t[i] for t in terms]).any() for i in range(width)])
 
 
 def _first_set(m, vec, width, name):
@@ -103,7 +130,7 @@ class SprayScheduler(wiring.Component):
         {index (8 bits), entry (PathEntry, 184 bits)}; ``entry`` is the table
         record read when the decision is loaded into the output register (a
         same-cycle wide write to it is included) with ``state`` GOOD, the state
-        every selected entry has.  Latency ``LATENCY`` = 5 cycles from the
+        every selected entry has.  Latency ``LATENCY`` = 7 cycles from the
         request transfer; one decision per clock sustained when ``req`` is
         always valid and ``decision`` always ready.  Under backpressure up to
         ``OUT_DEPTH`` + 1 decisions are buffered; ``req.ready`` then falls.
@@ -211,47 +238,29 @@ class SprayScheduler(wiring.Component):
         m.d.sync += p_gany.eq(Cat(*[Mux(p_load, ga.any(), gp.any())
                                     for ga, gp in zip(groups(a_cand), groups(p_live))]))
 
-        # P, combinational: per entry the next candidate above it in its own group (a 4 x 4
-        # two-level search), per group the first candidate of the next non-empty group after
-        # it (wrapping to the lowest); both registered in N.
-        ig_has, ig_idx = [], []
-        p_first = Array(Signal(4, name=f"p_first{g}") for g in range(n_grp))
+        # P, combinational: per entry the next candidate above it in its own group, and per
+        # group its first candidate; flat two-level (4 x 4) searches, registered in N.
+        ig_has, ig_idx, p_first = [], [], []
         for g, vec in enumerate(groups(p_cand)):
             q_any = [vec[4 * k:4 * k + 4].any() for k in range(4)]
-            q_first = []
-            for k in range(4):
-                qf = Signal(2, name=f"p_qf{g}_{k}")
-                for i in reversed(range(4)):
-                    with m.If(vec[4 * k + i]):
-                        m.d.comb += qf.eq(i)
-                q_first.append(qf)
-            for kk in reversed(range(4)):
-                with m.If(q_any[kk]):
-                    m.d.comb += p_first[g].eq(Cat(q_first[kk], C(kk, 2)))
+            q_first = [_lowest(list(vec[4 * k:4 * k + 4]), [C(i, 2) for i in range(4)], 2)
+                       for k in range(4)]
+            p_first.append(_lowest(q_any, [Cat(q_first[k], C(k, 2)) for k in range(4)], 4))
             for b in range(16):
                 k, j = divmod(b, 4)
+                w_bits = [vec[4 * k + i] for i in range(j + 1, 4)]          # in b's quad
                 has, idx = Signal(name=f"p_ih{16 * g + b}"), Signal(4, name=f"p_ii{16 * g + b}")
-                for kk in reversed(range(k + 1, 4)):
-                    with m.If(q_any[kk]):
-                        m.d.comb += [has.eq(1), idx.eq(Cat(q_first[kk], C(kk, 2)))]
-                for i in reversed(range(j + 1, 4)):
-                    with m.If(vec[4 * k + i]):
-                        m.d.comb += [has.eq(1), idx.eq(4 * k + i)]
+                q_has = Cat(*q_any[k + 1:]).any() if k < 3 else C(0, 1)
+                q_idx = (_lowest(q_any[k + 1:], [Cat(q_first[kk], C(kk, 2))
+                                                 for kk in range(k + 1, 4)], 4) if k < 3 else C(0, 4))
+                if w_bits:
+                    w_idx = _lowest(w_bits, [C(4 * k + i, 4) for i in range(j + 1, 4)], 4)
+                    w_has = Cat(*w_bits).any()
+                    m.d.comb += [has.eq(w_has | q_has), idx.eq(Mux(w_has, w_idx, q_idx))]
+                else:
+                    m.d.comb += [has.eq(q_has), idx.eq(q_idx)]
                 ig_has.append(has)
                 ig_idx.append(idx)
-        _, p_low = _first_set(m, p_gany, n_grp, "p_low")
-        p_nf = []
-        for g in range(n_grp):
-            above = p_gany & (((1 << n_grp) - 1) & ~((2 << g) - 1))
-            if g < n_grp - 1:
-                has, g2 = _first_set(m, above, n_grp, f"p_above{g}")
-                gsel = Mux(has, g2, p_low)
-            else:
-                gsel = p_low
-            gs = Signal(4, name=f"p_nfg{g}")
-            nf = Signal(abits, name=f"p_nf{g}")
-            m.d.comb += [gs.eq(gsel), nf.eq(gidx(p_first[gs], gs))]
-            p_nf.append(nf)
 
         # ---- stage N: next-candidate maps, registered -----------------------------------------
         n_valid = Signal()
@@ -259,31 +268,42 @@ class SprayScheduler(wiring.Component):
         n_cand = Signal(depth)
         n_cm = Signal(depth)
         n_has = Signal(depth)
+        n_gany = Signal(n_grp)
         n_idx = Array(Signal(4, name=f"n_idx{i}") for i in range(depth))
-        n_nf = Array(Signal(abits, name=f"n_nf{g}") for g in range(n_grp))
+        n_first = [Signal(4, name=f"n_first{g}") for g in range(n_grp)]
         m.d.sync += [n_valid.eq(p_adv), n_qp.eq(p_qp), n_cand.eq(p_cand), n_cm.eq(p_cm),
-                     n_has.eq(Cat(*ig_has))]
+                     n_has.eq(Cat(*ig_has)), n_gany.eq(p_gany)]
         m.d.sync += [n_idx[i].eq(ig_idx[i]) for i in range(depth)]
-        m.d.sync += [n_nf[g].eq(p_nf[g]) for g in range(n_grp)]
-        # N, combinational: successor map S[p] = first candidate above entry p, wrapping
-        succ = [Mux(n_has[i], gidx(n_idx[i], i // 16)[:abits], n_nf[i // 16]) for i in range(depth)]
+        m.d.sync += [n_first[g].eq(p_first[g]) for g in range(n_grp)]
+        # N, combinational: per group the first candidate of the next non-empty group after it
+        # (wrapping to the lowest), then the successor map S[p] = first candidate above entry p.
+        succ = []
+        for g in range(n_grp):
+            order = list(range(g + 1, n_grp)) + list(range(g + 1))   # groups after g, wrapping
+            nf = Signal(abits, name=f"n_nf{g}")
+            m.d.comb += nf.eq(_lowest([n_gany[x] for x in order],
+                                      [gidx(n_first[x], x)[:abits] for x in order], abits))
+            succ += [Mux(n_has[16 * g + b], gidx(n_idx[16 * g + b], g)[:abits], nf)
+                     for b in range(16)]
 
         # ---- stage B: the request's successor map and bitmaps, registered ---------------------
         b_valid = Signal()
         b_qp = Signal(range(MAX_QPS))
-        b_cand = Signal(depth)
-        b_cm = Signal(depth)
-        b_succ = Signal(depth * abits)
+        # one small register per entry (each lookup below is a mux tree over them)
+        b_cand = [Signal(name=f"b_cand{i}") for i in range(depth)]
+        b_cm = [Signal(name=f"b_cm{i}") for i in range(depth)]
+        b_succ = [Signal(abits, name=f"b_succ{i}") for i in range(depth)]
         b_cur = Signal(abits, init=depth - 1)   # the QP's position, counters and weight snapshot
         b_cnt, b_first, b_more = Signal(8), Signal(), Signal()
-        m.d.sync += [b_valid.eq(n_valid), b_qp.eq(n_qp), b_cand.eq(n_cand), b_cm.eq(n_cm),
-                     b_succ.eq(Cat(*succ))]
+        m.d.sync += [b_valid.eq(n_valid), b_qp.eq(n_qp)]
+        m.d.sync += [b_cand[i].eq(n_cand[i]) for i in range(depth)]
+        m.d.sync += [b_cm[i].eq(n_cm[i]) for i in range(depth)]
+        m.d.sync += [b_succ[i].eq(succ[i]) for i in range(depth)]
 
-        def at(vec, pos):               # B's bitmap / successor of entry ``pos``: a 2:1 mux tree
-            w = abits if len(vec) == depth * abits else 1   # (separate trees: never shared with
-            words = [vec[w * i:w * (i + 1)] for i in range(depth)]    # the other lookups)
-            for bit in range(abits):
-                words = [Mux(pos[bit], words[2 * i + 1], words[2 * i]) for i in range(len(words) // 2)]
+        def at(words, pos):             # B's map at entry ``pos``: a 2:1 mux tree (one per
+            for bit in range(abits):    # lookup, never shared with the others: the loop's
+                words = [Mux(pos[bit], words[2 * i + 1], words[2 * i])   # select comes last)
+                         for i in range(len(words) // 2)]
             return words[0]
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
