@@ -20,60 +20,45 @@ the current one, wrapping to the lowest eligible entry of the profile.  A
 interleaving over bursts uses weight 1 and copies, which this discipline also
 honours.)
 
-Pipeline (timing: the selection loop holds no search, no compare and no block-RAM read)
--------------------------------------------------------------------------------------
-* **A** (request register): the profile's range mask.
-* **P** (candidate snapshot): range AND the live eligible bitmap, the ``multi``
-  bitmap and per-group (16 entries) "any" bits, registered every cycle; a request
-  with no candidate waits here (``no_path``, refreshed every cycle) and also while
-  the output could not absorb it (credit: requests in N, B, C, D + skid-FIFO level
-  < ``OUT_DEPTH``), so N, B, C, D never stall.  P computes, flat 4 x 4 searches,
-  every entry's next candidate inside its own group and every group's first.
-* **N**: per group the first candidate of the next non-empty group (wrapping), and
-  from it the successor map ``S[p]`` = first candidate above entry ``p`` (wrapping
-  to the lowest): the whole search is done, registered in B (one register per entry).
-* **B**: holds ``S`` and the candidate / ``multi`` bitmaps of the next request of C,
-  and its QP's stored position (forwarded from a same-QP pick in C).
-* **C** (the only loop, one cycle): C holds the position ``c``, its successor
-  ``s1``, "c is a candidate", "c has weight >= 2" and "n + 1 < weight snapshot"
-  (all computed the cycle before).  ``repeat`` is one LUT of those flags; the pick
-  is ``c`` or ``s1``; the next request's ``c``/``s1``/flags are looked up in B's
-  maps at both ``c`` and ``s1`` (separate 2:1 mux trees) and chosen by ``repeat``
-  (or, for a request of another QP, looked up at B's stored position).
-* **D / output**: the pick is registered (D), then goes to the decision register
-  (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the table's block RAM
-  is read from D or the FIFO when the decision register is loaded.
-
-Latency ``LATENCY`` = 7 cycles from the ``req`` transfer to ``decision`` valid (was
-5 before the N/B split), one decision per clock sustained, any QP order.
+Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
+--------------------------------------------------------------------------------
+* **A** (request register): the profile's range mask AND the live eligible
+  bitmap gives the candidates; per group of 16 entries an "any" bit and the
+  lowest candidate are computed.  A request with no candidate waits here
+  (``no_path``); A also waits while the output could not absorb it (credit:
+  skid-FIFO level + requests in B, C and D < ``OUT_DEPTH``), so B, C, D never stall.
+* **B**: for every group, the first candidate of the next non-empty group after
+  it (wrapping to the lowest), registered: the group-level search is done.
+* **C** (the only loop, one cycle): the QP position (forwarded from a same-QP
+  pick in the previous cycle, otherwise the QP's registers) either repeats
+  (still a candidate and fewer decisions than its weight: the ``multi``
+  candidate bitmap after one decision, then a registered weight snapshot),
+  takes the next candidate in its own group (a 16-bit find-next), or takes
+  the registered next-group candidate.
+* **D / output**: the pick is registered (D), then goes to the decision
+  register (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the
+  table's block RAM is read from D or the FIFO when the decision register is
+  loaded, so it is outside the loop.
 
 Changes while traffic runs
 --------------------------
-The candidates of a request are taken in stage P from the eligible bitmap, so
+The candidates of a request are taken in stage A from the eligible bitmap, so
 state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
-every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after
+every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 5 or more cycles after
 the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
-already scheduled (in N, B, C, D or the skid FIFO) are not withdrawn.  Other
+already scheduled (in B, C, D or the skid FIFO) are not withdrawn.  Other
 weight changes apply within two decisions of a burst (the burst count is
-checked against the table's LUT-RAM weight of ``c``, read and compared every
-cycle; the first repeat uses the ``multi`` bitmap).
+checked against a weight snapshot read from the table's LUT-RAM copy one
+cycle after the entry was picked; the first repeat uses the ``multi`` bitmap).
 
 Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
-LFE5U-25F CABGA256, seed 1, ``tests/rtl/fmax_spray.py``):
-
-=====  ====================================  ====================================
-depth  this design (LUT4 / FF / EBR / Fmax)  previous A/B/C/D design
-=====  ====================================  ====================================
-64     3389 / 1772 / 6 / 113.7 MHz           1810 / 1002 / 6 / 105.7 MHz
-256    14041 / 6424 / 6 / 73.3 MHz           6004 / 2702 / 6 / 70.1 MHz
-=====  ====================================  ====================================
-
-Still short of 125 MHz.  At depth 64 the critical path is now the C lookup
-(``c`` -> 64:1 mux tree of B's successor map -> ``s1``), which ABC maps as a
-chain of ~6 LUT4 instead of 3 LUT6-equivalent levels; at depth 256 the 256:1
-lookups plus their fan-out (routing 2.8 ns on the first net).  The successor map
-costs ``depth`` x (address bits) registers and three mux trees per lookup bit,
-hence the LUT growth at 256.
+LFE5U-25F CABGA256, depth 256, ``tests/rtl/fmax_spray.py``): about 6.0k LUT4,
+2.7k FFs, 6 DP16KD, 70 MHz (was 3.3k / 1.2k / 6 / 53 MHz single-cycle).  Still
+short of 125 MHz: the remaining loop is stage C (position -> group mux,
+candidate lookup, 16-bit find-next -> pick).  Next step: keep the current
+group's remaining candidates as a 16-bit register (lowest set bit and its
+removal by carry chain) and the candidate/weight checks of the forwarded
+position precomputed, so C is about 4 LUT levels.
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
@@ -86,21 +71,9 @@ from .path_table import PathTable
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
-LATENCY = 7         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
-OUT_DEPTH = 5       #: decision skid FIFO entries (covers the 4 scheduled-ahead stages + 1)
-
-
-def _lowest(bits, values, width):
-    """The value of the lowest set bit of ``bits`` (0 when none), as one flat AND-OR.
-
-    No chained terms: every term is built from the inputs directly, which keeps the logic
-    depth low and event-driven simulators free of glitch cascades."""
-    terms = []
-    for k, (b, v) in enumerate(zip(bits, values)):
-        sel = b & ~Cat(*bits[:k]).any() if k else b
-        terms.append(Mux(sel, v, 0))
-    return Cat(*[Cat(*[t[i] for t in terms]).any() for i in range(width)])
+SETTLE_CYCLES = 5   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+LATENCY = 5         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
 
 
 def _first_set(m, vec, width, name):
@@ -130,7 +103,7 @@ class SprayScheduler(wiring.Component):
         {index (8 bits), entry (PathEntry, 184 bits)}; ``entry`` is the table
         record read when the decision is loaded into the output register (a
         same-cycle wide write to it is included) with ``state`` GOOD, the state
-        every selected entry has.  Latency ``LATENCY`` = 7 cycles from the
+        every selected entry has.  Latency ``LATENCY`` = 5 cycles from the
         request transfer; one decision per clock sustained when ``req`` is
         always valid and ``decision`` always ready.  Under backpressure up to
         ``OUT_DEPTH`` + 1 decisions are buffered; ``req.ready`` then falls.
@@ -189,7 +162,7 @@ class SprayScheduler(wiring.Component):
         def gidx(first, g):             # entry index from a 4-bit in-group index and a group
             return Cat(first, C(g, 4))[:8] if isinstance(g, int) else Cat(first, g[:4])[:8]
 
-        # ---- stage A: the accepted request and its range mask ---------------------------------
+        # ---- stage A: accepted request, its range mask and candidate groups -------------------
         req = self.req.payload
         end = Signal(10)
         m.d.comb += end.eq(req.base + req.count)
@@ -204,160 +177,77 @@ class SprayScheduler(wiring.Component):
         a_valid = Signal()
         a_qp = Signal(range(MAX_QPS))
         a_rng = Signal(depth)
-
-        # ---- stage P: candidate snapshot (waits here while the profile has no candidate) -------
-        p_valid = Signal()
-        p_qp = Signal(range(MAX_QPS))
-        p_rng = Signal(depth)
-        p_cand = Signal(depth)          # snapshot: range AND live, taken the cycle before
-        p_cm = Signal(depth)            # candidates whose weight is 2 or more
-        p_have = Signal()               # p_cand is not empty
         a_cand = Signal(depth)
-        p_live = Signal(depth)
-        m.d.comb += [a_cand.eq(a_rng & live), p_live.eq(p_rng & live)]
-        a_have, p_now = a_cand.any(), p_live.any()
+        a_multi = Signal(depth)         # candidates whose weight is 2 or more
+        m.d.comb += [a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi)]
+        a_any = Signal(n_grp)
+        a_first = []
+        for g, vec in enumerate(groups(a_cand)):
+            m.d.comb += a_any[g].eq(vec.any())
+            a_first.append(_first_set(m, vec, 16, f"a_first{g}")[1])
+        a_have = a_any.any()
 
-        inflight = Signal(range(OUT_DEPTH + 2))     # requests in C, D and the skid FIFO
-        p_adv, p_load = Signal(), Signal()
-        m.d.comb += [
-            p_adv.eq(p_valid & p_have & (inflight < OUT_DEPTH)),
-            p_load.eq(~p_valid | p_adv),
-            self.req.ready.eq(~a_valid | p_load),
-            self.no_path.eq(Mux(p_valid, ~p_now, a_valid & ~a_have)),
-        ]
-        with m.If(self.req.ready):
-            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
-        snap = Signal(depth)
-        m.d.comb += snap.eq(Mux(p_load, a_cand, p_live))
-        m.d.sync += [p_cand.eq(snap), p_cm.eq(snap & table.multi),
-                     p_have.eq(Mux(p_load, a_have, p_now))]
-        with m.If(p_load):
-            m.d.sync += [p_valid.eq(a_valid), p_qp.eq(a_qp), p_rng.eq(a_rng)]
-
-        p_gany = Signal(n_grp)          # per group of 16: p_cand has a candidate there
-        m.d.sync += p_gany.eq(Cat(*[Mux(p_load, ga.any(), gp.any())
-                                    for ga, gp in zip(groups(a_cand), groups(p_live))]))
-
-        # P, combinational: per entry the next candidate above it in its own group, and per
-        # group its first candidate; flat two-level (4 x 4) searches, registered in N.
-        ig_has, ig_idx, p_first = [], [], []
-        for g, vec in enumerate(groups(p_cand)):
-            q_any = [vec[4 * k:4 * k + 4].any() for k in range(4)]
-            q_first = [_lowest(list(vec[4 * k:4 * k + 4]), [C(i, 2) for i in range(4)], 2)
-                       for k in range(4)]
-            p_first.append(_lowest(q_any, [Cat(q_first[k], C(k, 2)) for k in range(4)], 4))
-            for b in range(16):
-                k, j = divmod(b, 4)
-                w_bits = [vec[4 * k + i] for i in range(j + 1, 4)]          # in b's quad
-                has, idx = Signal(name=f"p_ih{16 * g + b}"), Signal(4, name=f"p_ii{16 * g + b}")
-                q_has = Cat(*q_any[k + 1:]).any() if k < 3 else C(0, 1)
-                q_idx = (_lowest(q_any[k + 1:], [Cat(q_first[kk], C(kk, 2))
-                                                 for kk in range(k + 1, 4)], 4) if k < 3 else C(0, 4))
-                if w_bits:
-                    w_idx = _lowest(w_bits, [C(4 * k + i, 4) for i in range(j + 1, 4)], 4)
-                    w_has = Cat(*w_bits).any()
-                    m.d.comb += [has.eq(w_has | q_has), idx.eq(Mux(w_has, w_idx, q_idx))]
-                else:
-                    m.d.comb += [has.eq(q_has), idx.eq(q_idx)]
-                ig_has.append(has)
-                ig_idx.append(idx)
-
-        # ---- stage N: next-candidate maps, registered -----------------------------------------
-        n_valid = Signal()
-        n_qp = Signal(range(MAX_QPS))
-        n_cand = Signal(depth)
-        n_cm = Signal(depth)
-        n_has = Signal(depth)
-        n_gany = Signal(n_grp)
-        n_idx = Array(Signal(4, name=f"n_idx{i}") for i in range(depth))
-        n_first = [Signal(4, name=f"n_first{g}") for g in range(n_grp)]
-        m.d.sync += [n_valid.eq(p_adv), n_qp.eq(p_qp), n_cand.eq(p_cand), n_cm.eq(p_cm),
-                     n_has.eq(Cat(*ig_has)), n_gany.eq(p_gany)]
-        m.d.sync += [n_idx[i].eq(ig_idx[i]) for i in range(depth)]
-        m.d.sync += [n_first[g].eq(p_first[g]) for g in range(n_grp)]
-        # N, combinational: per group the first candidate of the next non-empty group after it
-        # (wrapping to the lowest), then the successor map S[p] = first candidate above entry p.
-        succ = []
-        for g in range(n_grp):
-            order = list(range(g + 1, n_grp)) + list(range(g + 1))   # groups after g, wrapping
-            nf = Signal(abits, name=f"n_nf{g}")
-            m.d.comb += nf.eq(_lowest([n_gany[x] for x in order],
-                                      [gidx(n_first[x], x)[:abits] for x in order], abits))
-            succ += [Mux(n_has[16 * g + b], gidx(n_idx[16 * g + b], g)[:abits], nf)
-                     for b in range(16)]
-
-        # ---- stage B: the request's successor map and bitmaps, registered ---------------------
+        # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
         b_valid = Signal()
         b_qp = Signal(range(MAX_QPS))
-        # one small register per entry (each lookup below is a mux tree over them)
-        b_cand = [Signal(name=f"b_cand{i}") for i in range(depth)]
-        b_cm = [Signal(name=f"b_cm{i}") for i in range(depth)]
-        b_succ = [Signal(abits, name=f"b_succ{i}") for i in range(depth)]
-        b_cur = Signal(abits, init=depth - 1)   # the QP's position, counters and weight snapshot
-        b_cnt, b_first, b_more = Signal(8), Signal(), Signal()
-        m.d.sync += [b_valid.eq(n_valid), b_qp.eq(n_qp)]
-        m.d.sync += [b_cand[i].eq(n_cand[i]) for i in range(depth)]
-        m.d.sync += [b_cm[i].eq(n_cm[i]) for i in range(depth)]
-        m.d.sync += [b_succ[i].eq(succ[i]) for i in range(depth)]
-
-        def at(words, pos):             # B's map at entry ``pos``: a 2:1 mux tree (one per
-            for bit in range(abits):    # lookup, never shared with the others: the loop's
-                words = [Mux(pos[bit], words[2 * i + 1], words[2 * i])   # select comes last)
-                         for i in range(len(words) // 2)]
-            return words[0]
+        b_cand = Signal(depth)
+        b_multi = Signal(depth)
+        b_any = Signal(n_grp)
+        b_first = Array(Signal(4, name=f"b_first{g}") for g in range(n_grp))
+        _, b_low = _first_set(m, b_any, n_grp, "b_low")
+        b_nf = []                        # first candidate after group g (wraps to the lowest)
+        for g in range(n_grp):
+            nf = Signal(8, name=f"b_nf{g}")
+            above = b_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
+            if g < n_grp - 1:
+                has, g2 = _first_set(m, above, n_grp, f"b_above{g}")
+                gsel = Mux(has, g2, b_low)
+            else:
+                gsel = b_low
+            gs = Signal(4, name=f"b_nfg{g}")
+            m.d.comb += [gs.eq(gsel), nf.eq(gidx(b_first[gs], gs))]
+            b_nf.append(nf)
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
-        # C holds its request's position c, the successor s1 of c and whether c is a candidate
-        # (cc) / a multi-weight candidate (cmc), all looked up in B's maps the cycle before, so
-        # the loop itself is: repeat? -> pick c or s1 -> next lookups in B -> registers.
         c_valid = Signal()
         c_qp = Signal(range(MAX_QPS))
-        m.d.sync += [c_valid.eq(b_valid), c_qp.eq(b_qp)]
-        c = Signal(abits, init=depth - 1)       # position (no position yet: the last entry)
-        s1 = Signal(abits)              # first candidate above c (wrapping)
-        cc, cmc = Signal(), Signal()    # c is a candidate / a candidate of weight >= 2
-        n = Signal(8)                   # decisions in a row on c (0: no position yet)
+        c_cand = Signal(depth)
+        c_multi = Signal(depth)
+        c_nf = Array(Signal(8, name=f"c_nf{g}") for g in range(n_grp))
+        c, c_ok, n = Signal(8), Signal(), Signal(8)     # position, valid, decisions in a row
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
-        c_more = Signal()               # n < weight snapshot of c (used when n >= 2)
+        c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
 
-        cur = Array(Signal(abits, init=depth - 1, name=f"cur{q}") for q in range(MAX_QPS))
-        first = Array(Signal(name=f"first{q}") for q in range(MAX_QPS))
+        cur = Array(Signal(8, name=f"cur{q}") for q in range(MAX_QPS))
+        cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(MAX_QPS))
         cnt = Array(Signal(8, name=f"cnt{q}") for q in range(MAX_QPS))
-        more = Array(Signal(name=f"more{q}") for q in range(MAX_QPS))
+        wgt = Array(Signal(8, name=f"wgt{q}") for q in range(MAX_QPS))
 
-        # Weight snapshot: the LUT-RAM weight of c, read every cycle and compared with the count
-        # the next decision on c would have (n + 1), registered: the loop sees one flag.
+        # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
         m.d.comb += table.wt_addr.eq(c)
-        more_next = Signal()
-        m.d.comb += more_next.eq(n + 1 < table.wt_data)
+        in_cand = c_cand.bit_select(c[:abits], 1)
+        multi = c_multi.bit_select(c[:abits], 1)
         repeat = Signal()
-        m.d.comb += repeat.eq(Mux(c_first, cmc, cc & c_more))
-        pick = Signal(abits)
-        m.d.comb += pick.eq(Mux(repeat, c, s1))
+        m.d.comb += repeat.eq(c_ok & in_cand & Mux(c_first, multi, n < c_w))
+        gc, bc = c[4:8], c[:4]
+        cur_grp = Signal(16)
+        m.d.comb += cur_grp.eq(Array(groups(c_cand))[gc] if n_grp > 1 else c_cand)
+        any_in, b1 = _first_set(m, cur_grp & (C(0xFFFE, 16) << bc)[:16], 16, "above")
+        pick = Signal(8)
+        with m.If(repeat):
+            m.d.comb += pick.eq(c)
+        with m.Elif(c_ok & any_in):
+            m.d.comb += pick.eq(Cat(b1, gc))
+        with m.Elif(c_ok):
+            m.d.comb += pick.eq(c_nf[gc] if n_grp > 1 else c_nf[0])
+        with m.Else():
+            m.d.comb += pick.eq(c_nf[n_grp - 1])
         new_n = Signal(8)
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
         with m.If(c_valid):
-            m.d.sync += [cur[c_qp].eq(pick), first[c_qp].eq(~repeat), cnt[c_qp].eq(new_n),
-                         more[c_qp].eq(more_next)]
-        # The QP position travels with the request: forwarded from a same-QP pick this cycle.
-        with m.If(c_valid & (c_qp == b_qp)):
-            m.d.sync += [c.eq(pick), n.eq(new_n), c_first.eq(~repeat), c_more.eq(more_next),
-                         s1.eq(Mux(repeat, at(b_succ, c), at(b_succ, s1))),
-                         cc.eq(Mux(repeat, at(b_cand, c), at(b_cand, s1))),
-                         cmc.eq(Mux(repeat, at(b_cm, c), at(b_cm, s1)))]
-        with m.Else():
-            m.d.sync += [c.eq(b_cur), n.eq(b_cnt), c_first.eq(b_first), c_more.eq(b_more),
-                         s1.eq(at(b_succ, b_cur)), cc.eq(at(b_cand, b_cur)),
-                         cmc.eq(at(b_cm, b_cur))]
-        # B's copy of its QP's stored position (read while the request enters B; a pick of the
-        # same QP made in C in that cycle is forwarded), so C's load from it is one lookup.
-        with m.If(c_valid & (c_qp == n_qp)):
-            m.d.sync += [b_cur.eq(pick), b_cnt.eq(new_n), b_first.eq(~repeat),
-                         b_more.eq(more_next)]
-        with m.Else():
-            m.d.sync += [b_cur.eq(cur[n_qp]), b_cnt.eq(cnt[n_qp]), b_first.eq(first[n_qp]),
-                         b_more.eq(more[n_qp])]
+            m.d.sync += [cur[c_qp].eq(pick), cur_ok[c_qp].eq(1), cnt[c_qp].eq(new_n),
+                         wgt[c_qp].eq(table.wt_data)]
 
         # ---- output: skid FIFO (falls through when empty) and decision register ---------------
         m.submodules.fifo = fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
@@ -387,6 +277,31 @@ class SprayScheduler(wiring.Component):
             self.decision.payload.entry.eq(table.rd_data),
             self.decision.payload.entry.state.eq(EvState.GOOD),   # selected => GOOD
         ]
-        # Credit: a request leaves P only with room for it in C, D, the FIFO (taken = left).
-        m.d.sync += inflight.eq(inflight + p_adv - take)
+
+        # ---- pipeline control: A advances only with room for everything ahead of it ------------
+        room = Signal()
+        m.d.comb += room.eq(fifo.level + b_valid + c_valid + d_valid < OUT_DEPTH)
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(a_valid & a_have & room),
+            self.req.ready.eq(~a_valid | advance),
+            self.no_path.eq(a_valid & ~a_have),
+        ]
+        with m.If(self.req.ready):
+            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
+        m.d.sync += b_valid.eq(advance)
+        with m.If(advance):
+            m.d.sync += [b_qp.eq(a_qp), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
+            m.d.sync += [b_first[g].eq(a_first[g]) for g in range(n_grp)]
+        m.d.sync += c_valid.eq(b_valid)
+        with m.If(b_valid):
+            m.d.sync += [c_qp.eq(b_qp), c_cand.eq(b_cand), c_multi.eq(b_multi)]
+            m.d.sync += [c_nf[g].eq(b_nf[g]) for g in range(n_grp)]
+            # The QP position travels with the request: forwarded from a same-QP pick this cycle.
+            with m.If(c_valid & (c_qp == b_qp)):
+                m.d.sync += [c.eq(pick), c_ok.eq(1), n.eq(new_n), c_first.eq(~repeat),
+                             c_w.eq(table.wt_data)]
+            with m.Else():
+                m.d.sync += [c.eq(cur[b_qp]), c_ok.eq(cur_ok[b_qp]), n.eq(cnt[b_qp]),
+                             c_first.eq(cnt[b_qp] == 1), c_w.eq(wgt[b_qp])]
         return m
