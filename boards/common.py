@@ -336,7 +336,6 @@ class BoardRegs(wiring.Component):
                     with m.Else():
                         m.d.sync += s.rvalid.eq(1)
                         m.next = "R"
-                        cpl = Completion(cf.r_data)
                         regs = {
                             0x800: Const(0x42524431, 32),
                             0x804: Cat(self.status, Const(0, 5), self.m_wr.valid, Const(0, 7),
@@ -352,7 +351,6 @@ class BoardRegs(wiring.Component):
                             regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
                         for i in range(5):
                             regs[0x880 + 4 * i] = self.nic_stats[i]
-                        del cpl
                         with m.Switch(s.araddr[2:12]):
                             for off, value in regs.items():
                                 with m.Case(off >> 2):

@@ -506,9 +506,6 @@ class _Nic:
     def sig(self, name):
         return getattr(self.dut, self.pre + name)
 
-    def has(self, name) -> bool:
-        return hasattr(self.dut, self.pre + name)
-
     async def program(self, ack_every: int, ack_timeout: int, rel_overrides: dict):
         """Provision the NIC through its CSR bank, as ``mrcnic fw provision`` does on a board
         (:func:`mrcnic.fw.provision.provision_plan`), with the scenario's ACK coalescing and
@@ -796,10 +793,7 @@ if cocotb is not None:
         receivers = sorted({w["dst"] for w in wrs})
         expected = {k: sum(1 for w in wrs if w["dst"] == k) for k in receivers}
         completions, events, cwnd = [], [], []
-        ev_ports = nics
-        scpl_ports = nics
         send_cpls = []
-        cwnd_ports = [n for n in nics if n.has("cwnd")]
         # The run allocates many short-lived objects per clock (cocotb triggers, values);
         # keep the collector off the long-lived ones (fabric, tables, memories).
         gc.collect()
@@ -836,11 +830,11 @@ if cocotb is not None:
                     c = unpack(Completion, int(nics[k].cpl_payload.value))
                     completions.append(dict(nic=k, qp=int(c["qp"]), psn=int(c["psn"]),
                                             t_ns=now))
-            for n in scpl_ports:
+            for n in nics:
                 if int(n.sig("send_cpl__valid").value):
                     c = unpack(Completion, int(n.sig("send_cpl__payload").value))
                     send_cpls.append(dict(nic=n.k, qp=int(c["qp"]), psn=int(c["psn"]), t_ns=now))
-            for n in ev_ports:
+            for n in nics:
                 if int(n.sig("ev_tap_valid").value):
                     e = unpack(EvEvent, int(n.sig("ev_tap").value))
                     events.append(dict(nic=n.k, t_ns=now, index=int(e["index"]),
@@ -848,7 +842,7 @@ if cocotb is not None:
                                        reason=_name(e["reason"]), rtt_ns=int(e["rtt_ns"])))
             cycles += 1
             if cycles & 255 == 0:
-                for n in cwnd_ports:
+                for n in nics:
                     cwnd.append(dict(nic=n.k, t_ns=now, cwnd=int(n.sig("cwnd").value)
                                      & 0xFFFFFFFF))
             if cycles & 2047 == 0:
