@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BOARDS", "build_board", "make_top", "parse_report", "parse_yosys_stat",
+__all__ = ["BOARDS", "ALIASES", "resolve_board", "build_board", "make_top", "parse_report", "parse_yosys_stat",
            "parse_pnr_utilisation", "BuildError", "CLASSIC_ABC"]
 
 TARGET_MHZ = 125.0
@@ -59,14 +59,29 @@ def _versa(**kw):
 
 
 #: Board name -> factory returning ``(platform, top)``.
-BOARDS = {"colorlight": _colorlight, "versa": _versa}
+BOARDS = {"colorlight-5a75b": _colorlight, "versa-ecp5": _versa}
+#: Short names accepted for the boards.
+ALIASES = {"colorlight": "colorlight-5a75b", "versa": "versa-ecp5"}
+
+
+def resolve_board(board: str) -> str:
+    """The :data:`BOARDS` key of ``board`` (a key or an :data:`ALIASES` short name).
+
+    Raises
+    ------
+    ValueError
+        ``board`` is neither.
+    """
+    name = ALIASES.get(board, board)
+    if name not in BOARDS:
+        known = ", ".join(sorted(BOARDS) + sorted(ALIASES))
+        raise ValueError(f"unknown board {board!r}; known: {known}")
+    return name
 
 
 def make_top(board: str, **options):
-    """The ``(platform, top)`` of ``board`` (a key of :data:`BOARDS`); ``options`` go to the top."""
-    if board not in BOARDS:
-        raise ValueError(f"unknown board {board!r}; known: {', '.join(sorted(BOARDS))}")
-    return BOARDS[board](**options)
+    """The ``(platform, top)`` of ``board`` (see :func:`resolve_board`); ``options`` go to the top."""
+    return BOARDS[resolve_board(board)](**options)
 
 
 def parse_yosys_stat(text: str) -> dict:
@@ -135,6 +150,7 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
     nextpnr's log and no bitstream.  Timing failure is not an error (``timing_met``).
     """
     say = progress or (lambda step, state, seconds: None)
+    board = resolve_board(board)
     root = Path(build_dir) / board
     root.mkdir(parents=True, exist_ok=True)
     seconds = {}
@@ -228,7 +244,7 @@ def main(argv=None):
     """``python -m mrcnic.boards.build BOARD [JSON]``: build, print the summary, exit 1 on a
     timing failure."""
     argv = sys.argv[1:] if argv is None else argv
-    board = argv[0] if argv else "colorlight"
+    board = argv[0] if argv else "colorlight-5a75b"
 
     def progress(step, state, s):
         print(f"[{step}] {state}" + (f" ({s:.0f} s)" if state == "done" else ""), flush=True)

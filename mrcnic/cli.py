@@ -230,11 +230,13 @@ def _print_bench(console, name, rows):
 
 
 @main.command()
-@click.option("--board", required=True, help="Board: colorlight (5A-75B v7.0) or versa (ECP5 Versa).")
+@click.option("--board", required=True,
+              help="Board: colorlight-5a75b (Colorlight 5A-75B v7.0) or versa-ecp5 (ECP5 Versa); "
+                   "colorlight / versa for short.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the build summary (board, device, fmax_mhz, ...) as JSON.")
 @click.option("--build-dir", type=click.Path(file_okay=False), default="build", show_default=True,
-              help="Build directory (the board's files go to BUILD_DIR/BOARD).")
+              help="Build directory (the board's files go to BUILD_DIR/<board name>).")
 @click.option("--seed", type=int, default=1, show_default=True, help="nextpnr placement seed.")
 def build(board, json_path, build_dir, seed):
     """Build a board's bitstream with YoWASP Yosys / nextpnr-ecp5 / ecppack.
@@ -247,10 +249,12 @@ def build(board, json_path, build_dir, seed):
     from rich.console import Console
     from rich.table import Table
 
-    from .boards.build import BOARDS, BuildError, build_board
+    from .boards.build import BuildError, build_board, resolve_board
 
-    if board not in BOARDS:
-        _fail(f"unknown board {board!r} (known: {', '.join(sorted(BOARDS))})")
+    try:
+        board = resolve_board(board)
+    except ValueError as exc:
+        _fail(str(exc))
     console = Console()
     labels = {"elaborate": "elaborating (Amaranth)", "synth": "synthesis (Yosys)",
               "pnr": "place and route (nextpnr-ecp5)", "pack": "bitstream (ecppack)"}

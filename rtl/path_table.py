@@ -115,7 +115,8 @@ class PathTable(wiring.Component):
         depth = self.depth
         abits = (depth - 1).bit_length()
 
-        m.submodules.mem = mem = Memory(shape=PathEntry, depth=depth, init=[])
+        m.submodules.mem = mem = Memory(shape=PathEntry, depth=depth, init=[],
+                                          attrs={"ram_style": "block"})
         wp = mem.write_port()
         rp = mem.read_port(domain="sync", transparent_for=(wp,))
 

@@ -40,6 +40,21 @@ Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
   table's block RAM is read from D or the FIFO when the decision register is
   loaded, so it is outside the loop.
 
+Two clients (``clients=2``)
+---------------------------
+The receive pipeline's ACKs are sprayed over the same path table as the data
+(MRC: an ACK goes back over an EV of the QP's own profile).  With ``clients=2``
+one scheduler serves both: ``req``/``decision`` (client 0, data) and
+``req_1``/``decision_1`` (client 1, ACKs).  Stage A takes the requests of the
+two clients in turn (round robin when both wait); each client has its own
+per-QP positions (so ACKs do not disturb the data's rounds), its own skid FIFO
+and decision register; the table's one read port is granted to one client per
+clock (round robin), the other client's decision keeps a registered copy of
+its entry.  ``avoid`` (ECN steering of data) applies to client 0 only.  One
+decision per clock in total; a request waits in A while its own client's
+output is full, which also holds the other client's requests behind it (at
+most ``OUT_DEPTH`` + 1 decisions of one packet each).
+
 Changes while traffic runs
 --------------------------
 The candidates of a request are taken in stage A from the eligible bitmap, so
@@ -92,6 +107,9 @@ class SprayScheduler(wiring.Component):
     ----------
     depth : int
         Path-table entries, a power of two from 16 to 256 (``MAX_PATHS``).
+    clients : int
+        1, or 2 for a second request/decision pair (``req_1``/``decision_1``) over the
+        same table (see "Two clients" in the module notes).
 
     Attributes
     ----------
@@ -107,6 +125,8 @@ class SprayScheduler(wiring.Component):
         request transfer; one decision per clock sustained when ``req`` is
         always valid and ``decision`` always ready.  Under backpressure up to
         ``OUT_DEPTH`` + 1 decisions are buffered; ``req.ready`` then falls.
+    req_1, decision_1 : (``clients=2`` only) the second client's pair, as ``req`` /
+        ``decision``; its decisions ignore ``avoid``.
     no_path : Out(1)
         High while the oldest request not yet scheduled has no eligible entry in
         its profile; that request then waits (no decision is produced) and is
@@ -122,13 +142,20 @@ class SprayScheduler(wiring.Component):
         Narrow state update (sender reliability / controller).
     """
 
-    def __init__(self, depth: int = MAX_PATHS):
+    def __init__(self, depth: int = MAX_PATHS, clients: int = 1):
         if depth not in (16, 32, 64, 128, 256):
             raise ValueError(f"depth must be a power of two from 16 to {MAX_PATHS}, not {depth}")
-        self.depth = depth
+        if clients not in (1, 2):
+            raise ValueError(f"clients must be 1 or 2, not {clients}")
+        self.depth, self.clients = depth, clients
+        extra = {}
+        if clients == 2:
+            extra = {"req_1": In(stream.Signature(SprayReq)),
+                     "decision_1": Out(stream.Signature(Decision))}
         super().__init__({
             "req": In(stream.Signature(SprayReq)),
             "decision": Out(stream.Signature(Decision)),
+            **extra,
             "no_path": Out(1),
             "avoid": In(depth),
             "w_en": In(1),
@@ -145,6 +172,10 @@ class SprayScheduler(wiring.Component):
         depth = self.depth
         n_grp = depth // 16
         abits = (depth - 1).bit_length()
+        two = self.clients == 2
+        reqs = [self.req] + ([self.req_1] if two else [])
+        decs = [self.decision] + ([self.decision_1] if two else [])
+        n_key = MAX_QPS * self.clients  # per-QP positions of each client
 
         m.submodules.table = table = PathTable(depth)
         m.d.comb += [
@@ -153,8 +184,6 @@ class SprayScheduler(wiring.Component):
             table.st_state.eq(self.st_state),
         ]
         m.d.comb += self.eligible.eq(table.eligible)
-        live = Signal(depth)            # eligible now: GOOD, weight non-zero, not avoided
-        m.d.comb += live.eq(table.eligible & ~self.avoid)
 
         def groups(vec):
             return [vec[16 * g:16 * (g + 1)] for g in range(n_grp)]
@@ -162,8 +191,26 @@ class SprayScheduler(wiring.Component):
         def gidx(first, g):             # entry index from a 4-bit in-group index and a group
             return Cat(first, C(g, 4))[:8] if isinstance(g, int) else Cat(first, g[:4])[:8]
 
+        # ---- input: one request per clock, the two clients in turn ---------------------------
+        in_ready = Signal()
+        in_valid = Signal()
+        sel = Signal()                  # client of the request taken (0 with one client)
+        req = Signal(SprayReq)
+        if two:
+            prefer1 = Signal()
+            m.d.comb += [
+                sel.eq(self.req_1.valid & (~self.req.valid | prefer1)),
+                req.eq(Mux(sel, self.req_1.payload, self.req.payload)),
+                in_valid.eq(self.req.valid | self.req_1.valid),
+                self.req.ready.eq(in_ready & ~sel), self.req_1.ready.eq(in_ready & sel),
+            ]
+            with m.If(in_ready & in_valid):
+                m.d.sync += prefer1.eq(~sel)
+        else:
+            m.d.comb += [req.eq(self.req.payload), in_valid.eq(self.req.valid),
+                         self.req.ready.eq(in_ready)]
+
         # ---- stage A: accepted request, its range mask and candidate groups -------------------
-        req = self.req.payload
         end = Signal(10)
         m.d.comb += end.eq(req.base + req.count)
         rng = Signal(depth)
@@ -175,11 +222,16 @@ class SprayScheduler(wiring.Component):
                 m.d.comb += rng[16 * g + b].eq((lo_g | (lo_eq & (bb <= b)))
                                                & (hi_g | (hi_eq & (be > b))))
         a_valid = Signal()
-        a_qp = Signal(range(MAX_QPS))
+        a_key = Signal(range(n_key))    # position key: QP (+ MAX_QPS for client 1)
         a_rng = Signal(depth)
         a_cand = Signal(depth)
         a_multi = Signal(depth)         # candidates whose weight is 2 or more
-        m.d.comb += [a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi)]
+        live = Signal(depth)            # eligible now: GOOD, weight non-zero, not avoided (client 0)
+        a_client = a_key[3] if two else C(0, 1)
+        m.d.comb += [
+            live.eq(table.eligible & ~Mux(a_client, 0, self.avoid)),
+            a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi),
+        ]
         a_any = Signal(n_grp)
         a_first = []
         for g, vec in enumerate(groups(a_cand)):
@@ -189,7 +241,7 @@ class SprayScheduler(wiring.Component):
 
         # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
         b_valid = Signal()
-        b_qp = Signal(range(MAX_QPS))
+        b_key = Signal(range(n_key))
         b_cand = Signal(depth)
         b_multi = Signal(depth)
         b_any = Signal(n_grp)
@@ -210,7 +262,7 @@ class SprayScheduler(wiring.Component):
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
         c_valid = Signal()
-        c_qp = Signal(range(MAX_QPS))
+        c_key = Signal(range(n_key))
         c_cand = Signal(depth)
         c_multi = Signal(depth)
         c_nf = Array(Signal(8, name=f"c_nf{g}") for g in range(n_grp))
@@ -218,10 +270,10 @@ class SprayScheduler(wiring.Component):
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
         c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
 
-        cur = Array(Signal(8, name=f"cur{q}") for q in range(MAX_QPS))
-        cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(MAX_QPS))
-        cnt = Array(Signal(8, name=f"cnt{q}") for q in range(MAX_QPS))
-        wgt = Array(Signal(8, name=f"wgt{q}") for q in range(MAX_QPS))
+        cur = Array(Signal(8, name=f"cur{q}") for q in range(n_key))
+        cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(n_key))
+        cnt = Array(Signal(8, name=f"cnt{q}") for q in range(n_key))
+        wgt = Array(Signal(8, name=f"wgt{q}") for q in range(n_key))
 
         # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
         m.d.comb += table.wt_addr.eq(c)
@@ -246,62 +298,102 @@ class SprayScheduler(wiring.Component):
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
         with m.If(c_valid):
-            m.d.sync += [cur[c_qp].eq(pick), cur_ok[c_qp].eq(1), cnt[c_qp].eq(new_n),
-                         wgt[c_qp].eq(table.wt_data)]
+            m.d.sync += [cur[c_key].eq(pick), cur_ok[c_key].eq(1), cnt[c_key].eq(new_n),
+                         wgt[c_key].eq(table.wt_data)]
 
-        # ---- output: skid FIFO (falls through when empty) and decision register ---------------
-        m.submodules.fifo = fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
-        dec_valid = Signal()
-        dec_index = Signal(8)
-        load = Signal()
-        m.d.comb += load.eq(~dec_valid | self.decision.ready)
+        # ---- stage D and output: per client a skid FIFO and a decision register ---------------
         d_valid = Signal()              # stage D: the pick, registered (block RAM address source)
+        d_key = Signal(range(n_key))
         d_index = Signal(8)
-        m.d.sync += [d_valid.eq(c_valid), d_index.eq(pick)]
-        src = Signal(8)
-        with m.If(fifo.r_rdy):
-            m.d.comb += [src.eq(fifo.r_data), fifo.r_en.eq(load),
-                         fifo.w_en.eq(d_valid), fifo.w_data.eq(d_index)]
-        with m.Else():
-            m.d.comb += [src.eq(d_index), fifo.w_en.eq(d_valid & ~load), fifo.w_data.eq(d_index)]
-        take = Signal()
-        m.d.comb += take.eq(load & (fifo.r_rdy | d_valid))
-        m.d.comb += [table.rd_en.eq(take), table.rd_addr.eq(src)]
-        with m.If(take):
-            m.d.sync += [dec_valid.eq(1), dec_index.eq(src)]
-        with m.Elif(self.decision.ready):
-            m.d.sync += dec_valid.eq(0)
-        m.d.comb += [
-            self.decision.valid.eq(dec_valid),
-            self.decision.payload.index.eq(dec_index),
-            self.decision.payload.entry.eq(table.rd_data),
-            self.decision.payload.entry.state.eq(EvState.GOOD),   # selected => GOOD
-        ]
+        m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_index.eq(pick)]
+        out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index)
+               for k, dec in enumerate(decs)]
+        # the table's read port: one client per clock (round robin when both want it)
+        if two:
+            prio1 = Signal()
+            m.d.comb += [out[1]["take"].eq(out[1]["want"] & (~out[0]["want"] | prio1)),
+                         out[0]["take"].eq(out[0]["want"] & ~out[1]["take"])]
+            with m.If(out[0]["take"]):
+                m.d.sync += prio1.eq(1)
+            with m.Elif(out[1]["take"]):
+                m.d.sync += prio1.eq(0)
+        else:
+            m.d.comb += out[0]["take"].eq(out[0]["want"])
+        m.d.comb += [table.rd_en.eq(out[0]["take"] | (out[1]["take"] if two else 0)),
+                     table.rd_addr.eq(Mux(out[1]["take"], out[1]["src"], out[0]["src"])
+                                      if two else out[0]["src"])]
+        for k, (o, dec) in enumerate(zip(out, decs)):
+            entry = table.rd_data
+            if two:                     # the read port moves on: keep a copy of this client's entry
+                fresh = Signal(name=f"fresh{k}")
+                held = Signal(PathEntry, name=f"entry{k}")
+                m.d.sync += fresh.eq(o["take"])
+                with m.If(fresh):
+                    m.d.sync += held.eq(table.rd_data)
+                entry = Mux(fresh, table.rd_data, held)
+            m.d.comb += [dec.payload.entry.eq(entry),
+                         dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
 
         # ---- pipeline control: A advances only with room for everything ahead of it ------------
+        def inflight(k):
+            return sum((v & (self._client(key) == k)) for v, key in
+                       ((b_valid, b_key), (c_valid, c_key), (d_valid, d_key)))
         room = Signal()
-        m.d.comb += room.eq(fifo.level + b_valid + c_valid + d_valid < OUT_DEPTH)
+        m.d.comb += room.eq(Array(o["fifo"].level + inflight(k) < OUT_DEPTH
+                                  for k, o in enumerate(out))[a_client])
         advance = Signal()
         m.d.comb += [
             advance.eq(a_valid & a_have & room),
-            self.req.ready.eq(~a_valid | advance),
+            in_ready.eq(~a_valid | advance),
             self.no_path.eq(a_valid & ~a_have),
         ]
-        with m.If(self.req.ready):
-            m.d.sync += [a_valid.eq(self.req.valid), a_qp.eq(req.qp), a_rng.eq(rng)]
+        with m.If(in_ready):
+            m.d.sync += [a_valid.eq(in_valid), a_key.eq(Cat(req.qp, sel) if two else req.qp),
+                         a_rng.eq(rng)]
         m.d.sync += b_valid.eq(advance)
         with m.If(advance):
-            m.d.sync += [b_qp.eq(a_qp), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
+            m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
             m.d.sync += [b_first[g].eq(a_first[g]) for g in range(n_grp)]
         m.d.sync += c_valid.eq(b_valid)
         with m.If(b_valid):
-            m.d.sync += [c_qp.eq(b_qp), c_cand.eq(b_cand), c_multi.eq(b_multi)]
+            m.d.sync += [c_key.eq(b_key), c_cand.eq(b_cand), c_multi.eq(b_multi)]
             m.d.sync += [c_nf[g].eq(b_nf[g]) for g in range(n_grp)]
-            # The QP position travels with the request: forwarded from a same-QP pick this cycle.
-            with m.If(c_valid & (c_qp == b_qp)):
+            # The QP position travels with the request: forwarded from a same-key pick this cycle.
+            with m.If(c_valid & (c_key == b_key)):
                 m.d.sync += [c.eq(pick), c_ok.eq(1), n.eq(new_n), c_first.eq(~repeat),
                              c_w.eq(table.wt_data)]
             with m.Else():
-                m.d.sync += [c.eq(cur[b_qp]), c_ok.eq(cur_ok[b_qp]), n.eq(cnt[b_qp]),
-                             c_first.eq(cnt[b_qp] == 1), c_w.eq(wgt[b_qp])]
+                m.d.sync += [c.eq(cur[b_key]), c_ok.eq(cur_ok[b_key]), n.eq(cnt[b_key]),
+                             c_first.eq(cnt[b_key] == 1), c_w.eq(wgt[b_key])]
         return m
+
+    def _client(self, key):
+        """Client of a position key (bit 3 with two clients, else 0)."""
+        return key[3] if self.clients == 2 else C(0, 1)
+
+    def _output(self, m, k, dec, d_mine, d_index):
+        """Client ``k``'s skid FIFO and decision register.
+
+        Returns ``{"fifo", "want", "take", "src"}``: ``want`` -- the decision register
+        can load and a pick is waiting (FIFO head, else stage D's pick for ``k``);
+        ``take`` (driven by the caller) -- the table read port is granted, ``src`` is
+        the index read; the decision is valid on the next clock.
+        """
+        fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
+        m.submodules[f"fifo{k}" if k else "fifo"] = fifo
+        dec_valid = Signal(name=f"dec_valid{k}")
+        dec_index = Signal(8, name=f"dec_index{k}")
+        load = Signal(name=f"load{k}")
+        want, take, src = Signal(name=f"want{k}"), Signal(name=f"take{k}"), Signal(8, name=f"src{k}")
+        m.d.comb += [load.eq(~dec_valid | dec.ready), want.eq(load & (fifo.r_rdy | d_mine))]
+        with m.If(fifo.r_rdy):
+            m.d.comb += [src.eq(fifo.r_data), fifo.r_en.eq(take),
+                         fifo.w_en.eq(d_mine), fifo.w_data.eq(d_index)]
+        with m.Else():
+            m.d.comb += [src.eq(d_index), fifo.w_en.eq(d_mine & ~take), fifo.w_data.eq(d_index)]
+        with m.If(take):
+            m.d.sync += [dec_valid.eq(1), dec_index.eq(src)]
+        with m.Elif(dec.ready):
+            m.d.sync += dec_valid.eq(0)
+        m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index)]
+        return {"fifo": fifo, "want": want, "take": take, "src": src}

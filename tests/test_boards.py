@@ -18,7 +18,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from mrcnic.boards.build import (make_top, parse_pnr_utilisation, parse_report,
-                                 parse_yosys_stat)
+                                 parse_yosys_stat, resolve_board)
 from mrcnic.boards.common import AxilSplit, BoardRegs, HostMemory
 from mrcnic.rtl.port_admin import PortAdminGate
 from mrcnic.rtl.layouts import Completion, WorkRequest
@@ -28,7 +28,7 @@ from mrcnic.rtl.layouts import Completion, WorkRequest
 # elaboration
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("board,pins", [
-    ("colorlight", ["M2", "M1", "M12", "M16", "P11", "M13", "P6"]),
+    ("colorlight-5a75b", ["M2", "M1", "M12", "M16", "P11", "M13", "P6"]),
     ("versa", ["P19", "L20", "C20", "J19", "A11", "C11"]),
 ])
 def test_board_elaborates(board, pins):
@@ -43,7 +43,14 @@ def test_board_elaborates(board, pins):
     assert "EHXPLLL" in il and "ODDRX1F" in il and "IDDRX1F" in il
     for name in ("nic", "nic.csr", "nic.nic", "mac0", "mac1", "hostmem", "uart", "board_regs"):
         assert f"top.{name}" in il, name
-    assert ("--25k" if board == "colorlight" else "--um-45k") in plan.files["build_top.sh"]
+    assert ("--25k" if board.startswith("colorlight") else "--um-45k") in plan.files["build_top.sh"]
+
+
+def test_board_names():
+    assert resolve_board("colorlight") == "colorlight-5a75b"
+    assert resolve_board("versa-ecp5") == "versa-ecp5"
+    with pytest.raises(ValueError, match="unknown board 'arty'.*colorlight-5a75b"):
+        resolve_board("arty")
 
 
 def test_report_parsing():
