@@ -10,7 +10,9 @@ IBTA Vol. 1 9.2 (BTH PadCnt: payload padded to a multiple of 4 bytes with
 zeros), MRC (one output link per plane).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+import zlib
+
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,6 +27,15 @@ class _Feed(enum.Enum, shape=2):
     HDR = 0     #: passing header beats; the header's last beat merges with payload beat 0
     PAY = 1     #: carry (header_len mod 8 bytes) + the next payload beat
     FLUSH = 2   #: the carry left after the last payload beat (no input consumed)
+
+
+def _crc_state(nbytes):
+    """CRC register (as :mod:`mrcnic.rtl.crc` keeps it) after ``nbytes`` bytes of 0xFF."""
+    final = zlib.crc32(b"\xff" * nbytes) ^ 0xFFFFFFFF
+    return int(f"{final:032b}"[::-1], 2)
+
+
+_C4, _C8 = _crc_state(4), _crc_state(8)   # ICRC region start: 4 / 8 pseudo-LRH bytes
 
 
 def _lanes(keep):
@@ -54,8 +65,9 @@ class FrameMerge(wiring.Component):
         last one.  The header is >= 90 bytes and its length is 2 or 6 mod 8:
         every beat has tkeep 0xFF except the last, which has tkeep 0x03 or
         0x3F (only ``tkeep[2]`` is looked at).  ``tuser[0:64]`` is the ICRC
-        view of the same byte lanes (bytes 6..13 0xFF, masked fields ones,
-        DA / Segments Left at their arrival values); ``tuser[64:67]`` is the
+        view of the same byte lanes (bytes 6..13 0xFF -- the CRC takes its
+        first 4 or 8 region bytes as that constant --, masked fields ones, DA / Segments
+        Left at their arrival values); ``tuser[64:67]`` is the
         output port (plane), taken from the frame's first header beat.
     s_payload : In(AxiStreamSignature(64))
         The frame's payload, 1..4096 bytes from lane 0, tkeep contiguous and
@@ -89,9 +101,15 @@ class FrameMerge(wiring.Component):
     planes, accepted in v1; a per-plane FIFO behind this block removes it).
     tvalid never waits for tready.
 
-    Critical path: one 64-bit CRC-32 update (selected among the 2-, 6- and
-    8-byte networks of :mod:`mrcnic.rtl.crc`) plus the ICRC lane multiplexer,
-    between the two pipeline registers.
+    ICRC alignment: the CRC runs on 8-byte chunks aligned to the end of the
+    ICRC region, whose length (44 + IPv6 Payload Length) is read from the
+    header's bytes 18..19; HeaderGen always writes it consistently.  A header
+    whose Payload Length disagrees with the frame gets a wrong ICRC (the frame
+    is otherwise merged, routed and counted as usual).
+
+    Critical path: one 8-byte CRC-32 update of :mod:`mrcnic.rtl.crc` (input
+    chunk and state each selected by a 2:1 multiplexer) plus the ICRC lane
+    multiplexer, between the two pipeline registers.
     """
 
     def __init__(self, ports: int = 4):
@@ -189,16 +207,24 @@ class FrameMerge(wiring.Component):
         # ---------------------------------------------------------------
         # Stage 2: CRC of R1's beat, ICRC inserted into the output register R2.
         # ---------------------------------------------------------------
+        # The CRC runs on 8-byte chunks aligned to the end of the ICRC region, so that
+        # one XOR network serves every beat.  The region (frame byte 6 to the end of the
+        # pad) is 44 + IPv6 Payload Length bytes, 0 or 4 mod 8: chunks start at lane 6
+        # (region 0 mod 8) or lane 2 (4 mod 8) of each beat.  Its first 8 bytes are the
+        # pseudo-LRH ones (view bytes 6..13), so the state after them (lane 6) or after the
+        # first 4 of them (lane 2) is a constant, and the alignment is needed only from
+        # beat 2, which carries the Payload Length (bytes 18..19; bit 2 = lane 3 bit 2).
         crc = Signal(32, init=CRC32_INIT)
-        c_first, c_mid, c_e2, c_e6, c_end = (Signal(32, name=f"crc_{n}")
-                                             for n in ("first", "mid", "e2", "e6", "end"))
-        m.d.comb += [
-            c_first.eq(crc32_update(Const(CRC32_INIT, 32), r1_view[48:64], 2)),   # lanes 6..7
-            c_mid.eq(crc32_update(crc, r1_view, 8)),
-            c_e2.eq(crc32_update(crc, r1_view[0:16], 2)),
-            c_e6.eq(crc32_update(crc, r1_view[0:48], 6)),
-            c_end.eq(Mux(r1_e6, c_e6, c_e2)),
-        ]
+        hold = Signal(48)                 # ICRC view of the previous beat's lanes 2..7
+        nb = Signal(2)                    # beats of the frame taken so far (saturates at 3)
+        al2 = Signal()                    # chunks start at lane 2 (else lane 6)
+        nb_now = Mux(r1_first, 0, nb)
+        at_b2 = nb_now == 2
+        al2_now = Mux(at_b2, ~r1_view[26], al2)
+        chunk = Mux(al2_now, Cat(hold, r1_view[0:16]), Cat(hold[32:48], r1_view[0:48]))
+        state = Mux(at_b2, Mux(al2_now, _C4, _C8), crc)
+        c_end = Signal(32)
+        m.d.comb += c_end.eq(crc32_update(state, chunk, 8))
         icrc = Signal(32)
         m.d.comb += icrc.eq(crc32_final(c_end))
 
@@ -231,8 +257,8 @@ class FrameMerge(wiring.Component):
                 m.d.sync += [r2_valid.eq(1), r2_data.eq(icrc_hi), r2_keep.eq(0x03),
                              r2_last.eq(1), spill.eq(0)]
             with m.Elif(r1_take):
-                m.d.sync += [r2_valid.eq(1), r2_port.eq(r1_port),
-                             crc.eq(Mux(r1_first, c_first, c_mid))]
+                m.d.sync += [r2_valid.eq(1), r2_port.eq(r1_port), hold.eq(r1_view[16:64]),
+                             crc.eq(c_end), al2.eq(al2_now), nb.eq(Mux(nb_now == 3, 3, nb_now + 1))]
                 with m.If(~r1_end):
                     m.d.sync += [r2_data.eq(r1_data), r2_keep.eq(0xFF), r2_last.eq(0)]
                 with m.Elif(r1_e6):

@@ -46,7 +46,7 @@ Fixed-point parameters: ``md_q8`` and ``eta_q8`` are fractions in 1/256.
 (``fi_bytes = fi * fi_scale * 1024``, ``md = max_md_jump``).
 """
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -54,7 +54,7 @@ from .layouts import MAX_QPS
 
 __all__ = ["Nscc", "NsccConfig", "NsccUpdate", "nscc_config", "NSCC_DEFAULTS", "UPDATE_CYCLES"]
 
-UPDATE_CYCLES = 4   #: cycles an update occupies the (time-multiplexed) NSCC unit
+UPDATE_CYCLES = 6   #: cycles an update occupies the (time-multiplexed) NSCC unit
 
 
 class NsccConfig(data.Struct):
@@ -116,8 +116,32 @@ def _floor_log2(m, value, width, name):
     return out
 
 
+def _le_c(x, j):
+    """``x <= j`` for a constant ``j``, as an AND/OR network (no carry chain)."""
+    if j < 0:
+        return Const(0)
+    if j >= (1 << len(x)) - 1:
+        return Const(1)
+    g = Const(0)                   # x[:b] > j[:b]
+    for b in range(len(x)):
+        g = (x[b] | g) if not (j >> b) & 1 else (x[b] & g)
+    return ~g
+
+
 class Nscc(wiring.Component):
     """Time-multiplexed NSCC unit: one congestion window (bytes) per QP.
+
+    The update runs as a short pipeline of registered steps (epoch and
+    queueing delay; normalised target distance and fair increase; the
+    proportional-increase product; the new window; the clamp), so no step
+    holds more than one wide adder, and the divisions by powers of two are
+    done without a barrel shifter on the wide products: the proportional
+    increase ``(eta * acked * (target - qdelay)) >> (floor(log2(target)) + 9)``
+    is computed, bit-exactly, as the top bits of
+    ``(eta * acked) * ((target - qdelay) << (23 - floor(log2(target))))``
+    (a shift of the 24-bit distance instead of the 56-bit product), and the
+    fair increase is saturated at 2**33 - 1 (any value that large clamps the
+    window to ``max_cwnd``).  Multiplications map to DSP blocks.
 
     Parameters
     ----------
@@ -163,31 +187,46 @@ class Nscc(wiring.Component):
         m = Module()
         qps = self.qps
 
+        # parameters: distributed RAM, asynchronous read at the update's QP
         m.submodules.cfg = cfg_mem = memory.Memory(shape=NsccConfig, depth=qps, init=[])
         cfg_w = cfg_mem.write_port()
-        cfg_r = cfg_mem.read_port(transparent_for=(cfg_w,))
-        w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
-        m.d.comb += [cfg_w.en.eq(w_ok), cfg_w.addr.eq(self.cfg_w_addr), cfg_w.data.eq(self.cfg_w_data)]
-
+        cfg_r = cfg_mem.read_port(domain="comb")
         cwnd = Array(self.cwnd[i] for i in range(qps))
         epoch = Array(Signal(32, name=f"epoch{i}") for i in range(qps))
         acked_cur = Array(Signal(32, name=f"acked_cur{i}") for i in range(qps))
         acked_last = Array(Signal(32, name=f"acked_last{i}") for i in range(qps))
         md_done = Array(Signal(name=f"md_done{i}") for i in range(qps))
         qa_done = Array(Signal(name=f"qa_done{i}") for i in range(qps))
+        w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
+        qb = max(1, (qps - 1).bit_length())    # per-QP state is indexed by qp[:qb]
 
         u = Signal(NsccUpdate)
+        q = u.qp[:qb]
         c = cfg_r.data
+        m.d.comb += [cfg_r.addr.eq(q), cfg_w.en.eq(w_ok), cfg_w.addr.eq(self.cfg_w_addr),
+                     cfg_w.data.eq(self.cfg_w_data)]
         qdelay = Signal(32)
         cw = Signal(32)
-        lg_cw = Signal(range(32))
-        lg_t = Signal(range(32))
-        p_eta = Signal(32)
+        p_eta = Signal(32)             # eta * acked
+        p_fi = Signal(40)              # fi_bytes * acked
         achieved = Signal(32)
-        new = Signal(41)
-        ecn_hi = Signal()
+        lg_t = Signal(5)
+        t_n = Signal(24)               # target << (23 - lg_t)
+        tq_n = Signal(24)              # (target - qdelay) << (23 - lg_t) (when qdelay < target)
+        q_lt = Signal()                # qdelay < target
+        q_gt = Signal()                # qdelay > target
+        fi_inc = Signal(33)            # saturated
+        md_dec = Signal(32)
+        pi_inc = Signal(24)
+        qa = Signal(32)
+        new = Signal(35)
 
-        m.d.comb += cfg_r.addr.eq(Mux(self.upd.ready, self.upd.payload.qp, u.qp))
+        # one 24-bit left shifter (by 23 - lg_t): the target, then the queueing delay
+        sh_in = Signal(24)
+        sh_out = Signal(24)
+        sh_amt = Signal(5)
+        m.d.comb += [lg_t.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f")),
+                     sh_amt.eq(23 - lg_t), sh_out.eq(sh_in << sh_amt)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -196,46 +235,54 @@ class Nscc(wiring.Component):
                     m.d.sync += u.eq(self.upd.payload)
                     m.next = "EPOCH"
             with m.State("EPOCH"):
-                # cfg_r.data is the QP's configuration from here on.
-                q = u.qp
                 since = Signal(32)
                 m.d.comb += since.eq(self.now_ns - epoch[q])
                 rtt_q = Signal(33)
-                m.d.comb += rtt_q.eq(u.rtt_ns - c.base_rtt_ns)
+                m.d.comb += [rtt_q.eq(u.rtt_ns - c.base_rtt_ns), sh_in.eq(c.target_delay_ns)]
                 m.d.sync += [
                     qdelay.eq(Mux(rtt_q[32], 0, rtt_q[:32])),
                     cw.eq(cwnd[q]),
                     p_eta.eq(c.eta_q8 * u.acked),
+                    p_fi.eq(c.fi_bytes * u.acked),
+                    t_n.eq(sh_out),
                 ]
-                with m.If(since >= c.base_rtt_ns):
-                    last = Mux(since >= (c.base_rtt_ns << 1), 0, acked_cur[q])
-                    m.d.sync += [
-                        epoch[q].eq(self.now_ns), acked_last[q].eq(last),
-                        acked_cur[q].eq(u.acked), md_done[q].eq(0), qa_done[q].eq(0),
-                        achieved.eq(Mux(last > u.acked, last, u.acked)),
-                    ]
-                with m.Else():
-                    cur = acked_cur[q] + u.acked
-                    m.d.sync += [
-                        acked_cur[q].eq(cur),
-                        achieved.eq(Mux(acked_last[q] > cur, acked_last[q], cur)),
-                    ]
+                # epoch roll (lazy): the new current/last byte counts, achieved = their maximum
+                roll = Signal()
+                two = Signal()
+                d1 = Signal(26)
+                d2 = Signal(26)
+                m.d.comb += [d1.eq(since[:25] - c.base_rtt_ns), d2.eq(since[:25] - (c.base_rtt_ns << 1)),
+                             roll.eq((since[25:] != 0) | ~d1[25]), two.eq((since[25:] != 0) | ~d2[25])]
+                cur_new = Signal(32)
+                last_new = Signal(32)
+                m.d.comb += [cur_new.eq(Mux(roll, 0, acked_cur[q]) + u.acked),
+                             last_new.eq(Mux(roll, Mux(two, 0, acked_cur[q]), acked_last[q]))]
+                m.d.sync += [acked_cur[q].eq(cur_new), acked_last[q].eq(last_new),
+                             achieved.eq(Mux(last_new > cur_new, last_new, cur_new))]
+                with m.If(roll):
+                    m.d.sync += [epoch[q].eq(self.now_ns), md_done[q].eq(0), qa_done[q].eq(0)]
+                m.next = "DIST"
+            with m.State("DIST"):
+                # qdelay >= 2**(lg_t + 1) > target: the shifted delay would overflow
+                ovf = Cat(qdelay[j] & _le_c(lg_t, j - 1) for j in range(1, 32)).any()
+                m.d.comb += sh_in.eq(qdelay[:24])
+                diff = Signal(25)
+                m.d.comb += diff.eq(t_n - sh_out)
+                m.d.sync += [tq_n.eq(diff[:24]), q_lt.eq(~ovf & ~diff[24] & (diff[:24] != 0)),
+                             q_gt.eq(ovf | diff[24])]
+                # fair increase: (fi_bytes * acked) >> floor(log2(cw)), saturated to 33 bits
+                lg_cw = _floor_log2(m, cw, 32, "lg_cw_f")
+                fi_ovf = Cat(p_fi[j] & _le_c(lg_cw, j - 33) for j in range(33, 40)).any()
+                m.d.sync += [fi_inc.eq(Mux(fi_ovf, (1 << 33) - 1, p_fi >> lg_cw)),
+                             md_dec.eq((cw * c.md_q8) >> 8),
+                             qa.eq(Mux(achieved > c.min_cwnd, achieved, c.min_cwnd))]
+                m.next = "PROD"
+            with m.State("PROD"):
+                m.d.sync += pi_inc.eq((p_eta * tq_n) >> 32)
                 m.next = "CALC"
             with m.State("CALC"):
-                q = u.qp
-                m.d.comb += [
-                    lg_cw.eq(_floor_log2(m, cw, 32, "lg_cw_f")),
-                    lg_t.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f")),
-                ]
-                m.d.comb += ecn_hi.eq(u.ecn & (qdelay > c.target_delay_ns))
-                fi_inc = Signal(40)
-                pi_inc = Signal(56)
-                m.d.comb += [
-                    fi_inc.eq((c.fi_bytes * u.acked) >> lg_cw),
-                    pi_inc.eq((p_eta * (c.target_delay_ns - qdelay)[:24]) >> (lg_t + 9)),
-                ]
-                qa = Signal(32)
-                m.d.comb += qa.eq(Mux(achieved > c.min_cwnd, achieved, c.min_cwnd))
+                inc = Signal(34)
+                m.d.comb += inc.eq(fi_inc + Mux(q_lt, pi_inc, 0))
                 with m.If(u.trim):
                     with m.If(c.qa_enable & ~qa_done[q]):
                         m.d.sync += [new.eq(Mux(qa < cw, qa, cw)), qa_done[q].eq(1),
@@ -243,26 +290,25 @@ class Nscc(wiring.Component):
                     with m.Else():
                         m.d.sync += new.eq(cw)
                 with m.Elif(u.ecn):
-                    with m.If(ecn_hi & ~md_done[q]):
-                        m.d.sync += [new.eq(cw - ((cw * c.md_q8) >> 8)), md_done[q].eq(1),
+                    with m.If(q_gt & ~md_done[q]):
+                        m.d.sync += [new.eq(cw - md_dec), md_done[q].eq(1),
                                      self.decreases.eq(self.decreases + 1)]
                     with m.Else():
                         m.d.sync += new.eq(cw)
-                with m.Elif(qdelay < c.target_delay_ns):
-                    m.d.sync += new.eq(cw + fi_inc + pi_inc)
                 with m.Else():
-                    m.d.sync += new.eq(cw + fi_inc)
+                    m.d.sync += new.eq(cw + inc)
                 m.next = "CLAMP"
             with m.State("CLAMP"):
-                m.d.sync += cwnd[u.qp].eq(Mux(new > c.max_cwnd, c.max_cwnd,
-                                              Mux(new < c.min_cwnd, c.min_cwnd, new)))
+                m.d.sync += cwnd[q].eq(Mux((new[32:] != 0) | (new[:32] > c.max_cwnd), c.max_cwnd,
+                                           Mux(new[:32] < c.min_cwnd, c.min_cwnd, new)))
                 m.next = "IDLE"
 
         with m.If(w_ok):
             d = self.cfg_w_data
             init = Mux(d.init_cwnd > d.max_cwnd, d.max_cwnd,
                        Mux(d.init_cwnd < d.min_cwnd, d.min_cwnd, d.init_cwnd))
-            a = self.cfg_w_addr
-            m.d.sync += [cwnd[a].eq(init), epoch[a].eq(self.now_ns), acked_cur[a].eq(0),
-                         acked_last[a].eq(0), md_done[a].eq(0), qa_done[a].eq(0)]
+            a = self.cfg_w_addr[:qb]
+            m.d.sync += [cwnd[a].eq(init), epoch[a].eq(self.now_ns),
+                         acked_cur[a].eq(0), acked_last[a].eq(0), md_done[a].eq(0),
+                         qa_done[a].eq(0)]
         return m

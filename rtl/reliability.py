@@ -85,12 +85,46 @@ RelQpParams = type("RelQpParams", (data.Struct,), {
 })
 
 
+# One outstanding PSN, in 9-bit lanes (block-RAM byte enables) grouped by who writes them:
+# lanes 0-4 {index, ev, msg_last, length[:4]}: new / retransmitted SentInfo;
+# lanes 5-8 {send_ns, retries}: SentInfo, timeout; lanes 9-10 {length[4:], acked}: SACK.
 _Slot = data.StructLayout({
-    "index": 8, "ev": 32, "send_ns": 32, "length": 13, "msg_last": 1, "acked": 1, "retries": 4,
+    "index": 8, "ev": 32, "msg_last": 1, "length_lo": 4,
+    "send_ns": 32, "retries": 4,
+    "length_hi": 9, "acked": 1, "pad": 8,
 })
+_LANE = 9
+_LANES_A, _LANES_B, _LANES_C = 0b00000011111, 0b00111100000, 0b11000000000
 
 # pipeline operations on the slot memory
 _OP_NONE, _OP_SENT, _OP_CUM, _OP_SACK, _OP_TRIM, _OP_SCAN = range(6)
+
+
+def _gt_c(x, j):
+    """``x > j`` for a constant ``j``, as an AND/OR network (no carry chain)."""
+    if j < 0:
+        return Const(1)
+    if j >= (1 << len(x)) - 1:
+        return Const(0)
+    g = Const(0)
+    for b in range(len(x)):
+        g = (x[b] | g) if not (j >> b) & 1 else (x[b] & g)
+    return g
+
+
+def _lt_c(x, j):
+    """``x < j`` for a constant ``j`` (no carry chain)."""
+    return ~_gt_c(x, j - 1)
+
+
+def _ge_c(x, j):
+    """``x >= j`` for a constant ``j`` (no carry chain)."""
+    return _gt_c(x, j - 1)
+
+
+def _le_c(x, j):
+    """``x <= j`` for a constant ``j`` (no carry chain)."""
+    return ~_gt_c(x, j)
 
 
 def _profile_mask(m, paths, base, count, name):
@@ -98,7 +132,7 @@ def _profile_mask(m, paths, base, count, name):
     mask = Signal(paths, name=name)
     end = Signal(10, name=f"{name}_end")
     m.d.comb += end.eq(base + count)
-    m.d.comb += mask.eq(Cat(((i >= base) & (i < end)) for i in range(paths)))
+    m.d.comb += mask.eq(Cat(_le_c(base, i) & _gt_c(end, i) for i in range(paths)))
     return mask
 
 
@@ -116,9 +150,10 @@ class SenderReliability(wiring.Component):
 
     **Outstanding PSNs.**  Each QP tracks the PSNs in ``[una, nxt)``
     (``una`` = oldest PSN not cumulatively acknowledged, ``nxt`` = next new
-    PSN), modulo 2**24, in a ring of ``window`` slots (one
-    ``amaranth.lib.memory.Memory`` of ``qps * window`` x 91 bits: entry index,
-    EV, send time in ns, length, msg_last, acked, retry count).  A new
+    PSN), modulo 2**24, in a ring of ``window`` slots (one block-RAM
+    ``amaranth.lib.memory.Memory`` of ``qps * window`` x 99 bits in 9-bit
+    lanes: entry index, EV, send time in ns, length, msg_last, acked, retry
+    count; each write enables only the lanes it changes).  A new
     SentInfo (``retx`` = 0) must carry PSN ``nxt`` and find fewer than
     ``window`` PSNs outstanding, otherwise it is dropped and counted in
     ``sent_dropped``; a retransmission (``retx`` = 1) of an outstanding PSN
@@ -138,7 +173,9 @@ class SenderReliability(wiring.Component):
     never-configured QPs are dropped and counted in ``acks_dropped``): one
     cycle per PSN that the cumulative PSN passes (each not yet acknowledged
     PSN frees its bytes, each ``msg_last`` PSN raises one ``send_cpl``
-    {qp, psn, has_imm 0}), one cycle per set SACK bit (PSNs outside
+    {qp, psn, has_imm 0}), then a walk of the SACK bitmap from bit 0 up to
+    its highest set bit: one cycle per bit, a zero low byte skipped in one
+    cycle, each set bit a SACK step (PSNs outside
     ``[una, nxt)`` and already acknowledged ones are ignored, so stale and
     duplicate ACKs are harmless), one cycle for a trim NACK, then one
     *finish* cycle:
@@ -149,7 +186,10 @@ class SenderReliability(wiring.Component):
     * ECN_ECHO: ``ecn_echoes`` += 1; the entry is avoided (``avoid`` bit) for
       ``ecn_hold`` cycles in one of :data:`AVOID_SLOTS` slots (a repeated echo
       re-arms it; with all slots busy no new entry is avoided), never when
-      no other GOOD, non-avoided entry of the profile would remain;
+      no other GOOD, non-avoided entry of the profile would remain.  A slot
+      holds its expiry cycle (one equality compare per slot against a cycle
+      counter); expired slots release their entry one per cycle, so when
+      several expire in the same cycle the later ones end a cycle later each;
     * no flag (clean ACK): ``clean_acks`` += 1; the entry's avoidance ends and
       its index is offered on ``recycle`` (hint; dropped when its 4-deep FIFO
       is full);
@@ -179,9 +219,10 @@ class SenderReliability(wiring.Component):
     one entry per cycle: each entry marked ASSUMED_BAD by this block yields
     ``ProbeReq{qp, index, ts = now_ns}``.
 
-    **Latency.**  A SentInfo is recorded 2-3 cycles after its transfer.  An
+    **Latency.**  A SentInfo is recorded 1-2 cycles after its transfer.  An
     ACK is taken when the previous one is finished and occupies
-    ``4 + passed PSNs + set SACK bits + (trim)`` cycles plus any cycle lost
+    ``4 + passed PSNs + SACK walk + (trim)`` cycles (SACK walk: the bits up
+    to the highest set one, less 7 per zero byte skipped) plus any cycle lost
     to a SentInfo, the NSCC unit (:data:`~mrcnic.rtl.nscc.UPDATE_CYCLES`)
     or a full output FIFO; a probe-reply search adds ``profile_count + 1``.
     A timeout is detected within one scan pass (at most ``qps * window``
@@ -189,6 +230,14 @@ class SenderReliability(wiring.Component):
     expires, and acted on 3 cycles later (``st_en``, event and RetxReq in the
     same cycle).  ``avoid`` follows an ECN echo 2 cycles after the ACK's
     finish cycle.
+
+    **Resources** (ECP5, ``qps=2, window=128, paths=32``): the slot ring and
+    the per-entry EV table are block RAM; per-QP arithmetic is narrowed to
+    what the window needs (outstanding count ``log2(window) + 1`` bits, bytes
+    in flight ``log2(window) + 13`` bits, zero-extended on the 32-bit ports);
+    the profile masks are computed once at the configuration write; constant
+    comparisons are AND/OR networks rather than carry chains; the timeout
+    test is ``age >> (10 + e) != 0`` (no shifter, no 32-bit comparator).
 
     Parameters
     ----------
@@ -310,7 +359,11 @@ class SenderReliability(wiring.Component):
         m = Module()
         qps, window, paths = self.qps, self.window, self.paths
         wbits = exact_log2(window)
+        obits = wbits + 1                  # outstanding PSNs: 0..window
+        fbits = wbits + 13                 # bytes in flight < window * 2**13
         ibits = max(1, (paths - 1).bit_length())
+        qbits = (qps - 1).bit_length()
+        qb = max(1, qbits)                 # per-QP tables are indexed by qp[:qb] (range-checked)
 
         def inc(counter, cond=None):
             if cond is None:
@@ -319,9 +372,19 @@ class SenderReliability(wiring.Component):
                 with m.If(cond):
                     m.d.sync += counter.eq(counter + 1)
 
+        def onehot(index, name):
+            """paths-bit one-hot of an 8-bit entry index (0 when index >= paths)."""
+            v = Signal(paths, name=name)
+            m.d.comb += v.eq(Mux(_lt_c(index, paths), Const(1, paths) << index[:ibits], 0))
+            return v
+
         now = Signal(32)
         m.d.sync += now.eq(now + self.clk_ns)
         m.d.comb += self.now_ns.eq(now)
+        cyc = Signal(24)                   # cycle count: ECN-avoid expiries
+        cyc_next = Signal(24)
+        m.d.comb += cyc_next.eq(cyc + 1)
+        m.d.sync += cyc.eq(cyc_next)
         m.d.sync += self.stat_en.eq(0)
 
         def stat(index, kind):
@@ -339,49 +402,54 @@ class SenderReliability(wiring.Component):
         ]
 
         # ---- per-QP state -------------------------------------------------
-        cfg = Array(Signal(RelQpConfig, name=f"cfg{i}") for i in range(qps))
+        cfg = Array(Signal(RelQpParams, name=f"cfg{i}") for i in range(qps))
+        pmq = Array(Signal(paths, name=f"pmask{i}") for i in range(qps))   # profile masks
         qvalid = Array(Signal(name=f"qvalid{i}") for i in range(qps))
         una = Array(Signal(24, name=f"una{i}") for i in range(qps))
         nxt = Array(Signal(24, name=f"nxt{i}") for i in range(qps))
-        inflight = Array(self.inflight[i] for i in range(qps))
-        outst = [Signal(24, name=f"outst{i}") for i in range(qps)]
+        outst = Array(Signal(obits, name=f"outst{i}") for i in range(qps))   # nxt - una
+        infl = Array(Signal(fbits, name=f"inflight{i}") for i in range(qps))
         for i in range(qps):
-            m.d.comb += outst[i].eq(nxt[i] - una[i])
-            m.d.comb += self.una[i].eq(una[i])
-            m.d.sync += self.tx_ok[i].eq(qvalid[i] & (inflight[i] < nscc.cwnd[i])
-                                         & (outst[i] < window - WINDOW_MARGIN))
-        outst_a = Array(outst)
+            cw = nscc.cwnd[i]
+            m.d.comb += [self.una[i].eq(una[i]), self.inflight[i].eq(infl[i])]
+            m.d.sync += self.tx_ok[i].eq(qvalid[i] & ((cw[fbits:] != 0) | (infl[i] < cw[:fbits]))
+                                         & _lt_c(outst[i], window - WINDOW_MARGIN))
 
         bad = Signal(paths)          # entries this block set ASSUMED_BAD
         bad_set = Signal(paths)
         bad_clr = Signal(paths)
-        srch_clr = Signal(paths)
         m.d.sync += bad.eq((bad & ~bad_clr) | bad_set)
 
         # ---- memories ---------------------------------------------------
-        m.submodules.slots = slots = memory.Memory(shape=_Slot, depth=qps * window, init=[])
-        sl_w = slots.write_port()
+        m.submodules.slots = slots = memory.Memory(shape=_Slot.size, depth=qps * window, init=[])
+        sl_w = slots.write_port(granularity=_LANE)
         sl_r = slots.read_port(transparent_for=(sl_w,))
-        m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[])
+        sl_wd = Signal(_Slot)
+        m.d.comb += sl_w.data.eq(sl_wd)
+        m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[],
+                                               attrs={"ram_style": "block"})
         ev_w = evs.write_port()
         ev_r = evs.read_port()
 
-        qbits = (qps - 1).bit_length()
 
         def slot_addr(qp, psn):
             return Cat(psn[:wbits], qp[:qbits]) if qps > 1 else psn[:wbits]
 
         # ---- output FIFOs ---------------------------------------------------
         def out_fifo(name, port, layout_bits, depth):
-            f = fifo.SyncFIFOBuffered(width=layout_bits, depth=depth)
+            f = fifo.SyncFIFO(width=layout_bits, depth=depth)
             m.submodules[name] = f
             m.d.comb += [port.payload.eq(f.r_data), port.valid.eq(f.r_rdy), f.r_en.eq(port.ready)]
             return f
 
         retx_f = out_fifo("retx_fifo", self.retx, RetxReq.as_shape().size, _RETX_DEPTH)
-        cpl_f = out_fifo("cpl_fifo", self.send_cpl, Completion.as_shape().size, _CPL_DEPTH)
         ev_f = out_fifo("event_fifo", self.event, EvEvent.as_shape().size, _EVENT_DEPTH)
         rc_f = out_fifo("recycle_fifo", self.recycle, 8, _RECYCLE_DEPTH)
+        # completions: only {qp, psn} are stored (has_imm = imm = 0)
+        m.submodules.cpl_fifo = cpl_f = fifo.SyncFIFO(width=27, depth=_CPL_DEPTH)
+        m.d.comb += [self.send_cpl.payload.qp.eq(cpl_f.r_data[:3]),
+                     self.send_cpl.payload.psn.eq(cpl_f.r_data[3:]),
+                     self.send_cpl.valid.eq(cpl_f.r_rdy), cpl_f.r_en.eq(self.send_cpl.ready)]
 
         event_fields = Signal(EvEvent)
         event_push = Signal()
@@ -397,7 +465,7 @@ class SenderReliability(wiring.Component):
         m.d.sync += self.st_en.eq(0)
 
         # ---- SentInfo FIFO --------------------------------------------------
-        m.submodules.sent_fifo = sf = fifo.SyncFIFOBuffered(
+        m.submodules.sent_fifo = sf = fifo.SyncFIFO(
             width=SentInfo.as_shape().size, depth=SENT_FIFO_DEPTH)
         m.d.comb += [sf.w_data.eq(self.sent.payload), sf.w_en.eq(self.sent.valid),
                      self.sent.ready.eq(sf.w_rdy)]
@@ -419,9 +487,10 @@ class SenderReliability(wiring.Component):
         job = Signal(RxPacket)
         job_qp = job.qp
         cum_ptr = Signal(24)
-        cum_left = Signal(25)
+        cum_left = Signal(obits)
         sack_rem = Signal(64)
-        newly = Signal(24)
+        sack_pos = Signal(6)
+        newly = Signal(fbits)
         last_send = Signal(32)
         hit_v = Signal()
         hit_idx = Signal(8)
@@ -442,13 +511,12 @@ class SenderReliability(wiring.Component):
         # ---- profile mask / GOOD count (for the timeout action or the finishing ACK) ----
         mask_qp = Signal(3)
         m.d.comb += mask_qp.eq(Mux(to_pending, to.qp, job_qp))
-        mcfg = cfg[mask_qp]
-        pmask = _profile_mask(m, paths, mcfg.profile_base, mcfg.profile_count, "pmask")
+        pmask = Signal(paths)
+        m.d.comb += pmask.eq(pmq[mask_qp[:qb]])
         good = Signal(paths)
         m.d.comb += good.eq(self.eligible & ~bad & pmask)
         good_cnt = Signal(range(paths + 2))
         m.d.sync += good_cnt.eq(_popcount(good))
-
 
         # ---- ACK job: IDLE -> START -> CUM -> SACK -> TRIM -> WAIT -> FINISH [-> SEARCH] ----
         trim_taken = Signal()
@@ -459,21 +527,21 @@ class SenderReliability(wiring.Component):
                 m.d.comb += self.ack.ready.eq(~self.cfg_w_en)
                 with m.If(self.ack.valid & ~self.cfg_w_en):
                     p = self.ack.payload
-                    with m.If((p.kind == RxKind.ACK) & (p.qp < qps) & qvalid[p.qp]):
-                        m.d.sync += job.eq(p)
+                    with m.If((p.kind == RxKind.ACK) & _lt_c(p.qp, qps) & qvalid[p.qp[:qb]]):
+                        m.d.sync += [job.eq(p), sack_rem.eq(p.ack.bitmap), sack_pos.eq(0)]
                         m.next = "START"
                     with m.Else():
                         inc(self.acks_dropped)
             with m.State("START"):
                 # nothing is issued in this state: start once the pipeline is empty
                 with m.If(s1_op == _OP_NONE):
-                    q = job_qp
+                    q = job_qp[:qb]
                     d = Signal(24)
                     m.d.comb += d.eq(job.psn + 1 - una[q])
                     m.d.sync += [
                         cum_ptr.eq(una[q]),
-                        cum_left.eq(Mux((d != 0) & (d <= outst_a[q]), d, 0)),
-                        sack_rem.eq(job.ack.bitmap),
+                        cum_left.eq(Mux((d != 0) & (d[obits:] == 0) & (d[:obits] <= outst[q]),
+                                        d[:obits], 0)),
                         newly.eq(0), hit_v.eq(0), trim_v.eq(0),
                     ]
                     m.next = "CUM"
@@ -503,26 +571,29 @@ class SenderReliability(wiring.Component):
         in_sack = ackjob.ongoing("SACK") & (sack_rem != 0)
         in_trim = ackjob.ongoing("TRIM")
         m.d.comb += srch_busy.eq(ackjob.ongoing("SEARCH"))
-        sack_bit = Signal(6)
-        for i in reversed(range(64)):
-            with m.If(sack_rem[i]):
-                m.d.comb += sack_bit.eq(i)
+        # SACK walk: bit 0 of sack_rem is PSN base_psn + sack_pos; a zero low byte is skipped
+        # in one cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
+        sack_skip = sack_rem[:8] == 0
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
-        scan_off = Signal(24)
+        scan_off = Signal(obits)
         with m.If(self.cfg_w_en):
             m.d.comb += s0_op.eq(_OP_NONE)
         with m.Elif(sf.r_rdy & ~ackjob.ongoing("START")):
             m.d.comb += [s0_op.eq(_OP_SENT), s0_qp.eq(sent_head.qp), s0_psn.eq(sent_head.psn),
                          sf.r_en.eq(1)]
-        with m.Elif(in_cum & (cpl_f.level < _CPL_DEPTH - 2)):
+        with m.Elif(in_cum & _lt_c(cpl_f.level, _CPL_DEPTH - 2)):
             m.d.comb += [s0_op.eq(_OP_CUM), s0_qp.eq(job_qp), s0_psn.eq(cum_ptr)]
             m.d.sync += [cum_ptr.eq(cum_ptr + 1), cum_left.eq(cum_left - 1)]
         with m.Elif(in_sack):
-            m.d.comb += [s0_op.eq(_OP_SACK), s0_qp.eq(job_qp),
-                         s0_psn.eq(job.ack.base_psn + sack_bit)]
-            m.d.sync += sack_rem.eq(sack_rem & ~(Const(1, 64) << sack_bit))
+            with m.If(sack_skip):
+                m.d.sync += [sack_rem.eq(sack_rem >> 8), sack_pos.eq(sack_pos + 8)]
+            with m.Else():
+                m.d.sync += [sack_rem.eq(sack_rem >> 1), sack_pos.eq(sack_pos + 1)]
+                with m.If(sack_rem[0]):
+                    m.d.comb += [s0_op.eq(_OP_SACK), s0_qp.eq(job_qp),
+                                 s0_psn.eq(job.ack.base_psn + sack_pos)]
         with m.Elif(in_trim):
             m.d.comb += trim_taken.eq(1)
             with m.If(f_trim):
@@ -530,20 +601,29 @@ class SenderReliability(wiring.Component):
         with m.Elif(ackjob.ongoing("IDLE") & ~to_pending):
             m.d.comb += [s0_op.eq(_OP_SCAN), s0_qp.eq(scan_q), s0_psn.eq(una[scan_q] + scan_off)]
             last_q = scan_q == qps - 1
-            with m.If((scan_off + 1 >= outst_a[scan_q]) | ~qvalid[scan_q]):
+            with m.If((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q]):
                 m.d.sync += [scan_off.eq(0), scan_q.eq(Mux(last_q, 0, scan_q + 1))]
             with m.Else():
                 m.d.sync += scan_off.eq(scan_off + 1)
 
         # ---- stage 1: execute ------------------------------------------------
-        slot = sl_r.data
-        s1_cfg = cfg[s1_qp]
+        slot = _Slot(sl_r.data)
+        slot_len = Cat(slot.length_lo, slot.length_hi)
+        s1_cfg = cfg[s1_qp[:qb]]
         q1 = s1_qp
+        q1i = s1_qp[:qb]
         off1 = Signal(24)
-        m.d.comb += off1.eq(s1_psn - una[q1])
+        m.d.comb += off1.eq(s1_psn - una[q1i])
         in_range = Signal()
-        m.d.comb += in_range.eq((q1 < qps) & qvalid[q1] & (off1 < outst_a[q1]))
-        m.d.comb += [sl_w.addr.eq(slot_addr(q1, s1_psn)), sl_w.data.eq(slot),
+        m.d.comb += in_range.eq(_lt_c(q1, qps) & qvalid[q1i] & (off1[obits:] == 0)
+                                & (off1[:obits] < outst[q1i]))
+        # slot write data: every field that a write's lanes carry but it does not change
+        # keeps its read value
+        m.d.comb += [sl_w.addr.eq(slot_addr(q1, s1_psn)),
+                     sl_wd.index.eq(s1_sent.index), sl_wd.ev.eq(s1_sent.ev),
+                     sl_wd.msg_last.eq(slot.msg_last), sl_wd.length_lo.eq(slot.length_lo),
+                     sl_wd.send_ns.eq(now), sl_wd.retries.eq(slot.retries),
+                     sl_wd.length_hi.eq(slot.length_hi), sl_wd.acked.eq(0),
                      ev_w.addr.eq(s1_sent.index), ev_w.data.eq(s1_sent.ev)]
         age = Signal(32)
         m.d.comb += age.eq(now - slot.send_ns)
@@ -552,99 +632,117 @@ class SenderReliability(wiring.Component):
                                  slot.retries - s1_cfg.retry_count + 1, 0))
         texp = Signal(6)
         m.d.comb += texp.eq(s1_cfg.ack_timeout_exp + extra)
-        rto = Signal(32)
-        m.d.comb += rto.eq(Const(1024, 32) << Mux(texp > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, texp))
-        cpl_data = Signal(Completion)
-        m.d.comb += [cpl_data.qp.eq(q1), cpl_data.psn.eq(s1_psn), cpl_f.w_data.eq(cpl_data)]
+        # age >= 1024 << min(texp, MAX_TIMEOUT_EXP): a bit of age at 10 + min(texp, ...) or above
+        expired = Signal()
+        m.d.comb += expired.eq(Cat(age[10 + k] & _le_c(texp, k) if k < MAX_TIMEOUT_EXP
+                                   else age[10 + k] for k in range(22)).any())
+        m.d.comb += [cpl_f.w_data.eq(Cat(q1, s1_psn))]
+
+        infl_add = Signal()
+        infl_sub = Signal()
+        infl_len = Signal(13)
+        m.d.comb += infl_len.eq(Mux(infl_add, s1_sent.length, slot_len))
+        with m.If(infl_add | infl_sub):
+            m.d.sync += infl[q1i].eq(infl[q1i] + Mux(infl_add, infl_len, -infl_len))
 
         def newly_acked():
-            m.d.sync += [inflight[q1].eq(inflight[q1] - slot.length),
-                         newly.eq(newly + slot.length), last_send.eq(slot.send_ns)]
+            m.d.comb += infl_sub.eq(1)
+            m.d.sync += [newly.eq(newly + slot_len), last_send.eq(slot.send_ns)]
             with m.If(slot.ev == job.ack.ev):
                 m.d.sync += [hit_v.eq(1), hit_idx.eq(slot.index)]
 
         with m.Switch(s1_op):
             with m.Case(_OP_SENT):
                 si = s1_sent
-                m.d.comb += ev_w.en.eq((si.qp < qps) & (si.index < paths))
+                m.d.comb += ev_w.en.eq(_lt_c(q1, qps) & _lt_c(si.index, paths))
                 with m.If(~si.retx):
-                    with m.If((si.qp < qps) & qvalid[q1] & (si.psn == nxt[q1])
-                              & (outst_a[q1] < window)):
-                        m.d.comb += [sl_w.en.eq(1), sl_w.data.index.eq(si.index),
-                                     sl_w.data.ev.eq(si.ev), sl_w.data.send_ns.eq(now),
-                                     sl_w.data.length.eq(si.length),
-                                     sl_w.data.msg_last.eq(si.msg_last),
-                                     sl_w.data.acked.eq(0), sl_w.data.retries.eq(0)]
-                        m.d.sync += [nxt[q1].eq(nxt[q1] + 1),
-                                     inflight[q1].eq(inflight[q1] + si.length)]
+                    with m.If(_lt_c(q1, qps) & qvalid[q1i] & (s1_psn == nxt[q1i])
+                              & ~outst[q1i][wbits]):
+                        m.d.comb += [sl_w.en.eq(_LANES_A | _LANES_B | _LANES_C),
+                                     sl_wd.length_lo.eq(si.length[:4]),
+                                     sl_wd.length_hi.eq(si.length[4:]),
+                                     sl_wd.msg_last.eq(si.msg_last), sl_wd.retries.eq(0),
+                                     infl_add.eq(1)]
+                        m.d.sync += [nxt[q1i].eq(nxt[q1i] + 1), outst[q1i].eq(outst[q1i] + 1)]
                     with m.Else():
                         inc(self.sent_dropped)
                 with m.Elif(in_range):
-                    m.d.comb += [sl_w.en.eq(1), sl_w.data.index.eq(si.index),
-                                 sl_w.data.ev.eq(si.ev), sl_w.data.send_ns.eq(now)]
+                    m.d.comb += sl_w.en.eq(_LANES_A | _LANES_B)
             with m.Case(_OP_CUM):
                 with m.If(in_range & (off1 == 0)):
-                    m.d.sync += una[q1].eq(s1_psn + 1)
+                    m.d.sync += [una[q1i].eq(s1_psn + 1), outst[q1i].eq(outst[q1i] - 1)]
                     with m.If(~slot.acked):
                         newly_acked()
                     m.d.comb += cpl_f.w_en.eq(slot.msg_last)
             with m.Case(_OP_SACK):
                 with m.If(in_range & ~slot.acked):
-                    m.d.comb += [sl_w.en.eq(1), sl_w.data.acked.eq(1)]
+                    m.d.comb += [sl_w.en.eq(_LANES_C), sl_wd.acked.eq(1)]
                     newly_acked()
             with m.Case(_OP_TRIM):
                 with m.If(in_range & ~slot.acked):
                     m.d.sync += [trim_v.eq(1), trim_idx.eq(slot.index)]
             with m.Case(_OP_SCAN):
-                with m.If(in_range & ~slot.acked & (age >= rto) & to_pending):
+                with m.If(in_range & ~slot.acked & expired & to_pending):
                     # the timeout action is busy: revisit this PSN next (scan stays in order)
                     m.d.sync += [scan_q.eq(q1), scan_off.eq(off1)]
-                with m.If(in_range & ~slot.acked & (age >= rto) & ~to_pending):
-                    m.d.comb += [sl_w.en.eq(1), sl_w.data.send_ns.eq(now),
-                                 sl_w.data.retries.eq(Mux(slot.retries == 15, 15, slot.retries + 1))]
+                with m.If(in_range & ~slot.acked & expired & ~to_pending):
+                    m.d.comb += [sl_w.en.eq(_LANES_B),
+                                 sl_wd.retries.eq(Mux(slot.retries == 15, 15, slot.retries + 1))]
                     m.d.sync += [to_pending.eq(1), to_wait.eq(0), to.qp.eq(q1), to.psn.eq(s1_psn),
                                  to.avoid_index.eq(slot.index), to_ev.eq(slot.ev)]
+
+        # ---- one-hot of the timeout action's / the probe-reply search's entry --------
+        sel_idx = Signal(8)
+        sel_bit = onehot(sel_idx, "sel_bit")
 
         # ---- timeout action (waits 2 cycles for the registered GOOD count) -------
         with m.If(to_pending & (to_wait != 3)):
             m.d.sync += to_wait.eq(to_wait + 1)
-        with m.If(to_pending & (to_wait >= 2) & ~srch_busy & retx_f.w_rdy):
+        with m.If(to_pending & to_wait[1] & ~srch_busy & retx_f.w_rdy):
             idx = to.avoid_index
-            m.d.comb += [retx_push.eq(1), retx_data.eq(to)]
+            m.d.comb += [retx_push.eq(1), retx_data.eq(to), sel_idx.eq(idx)]
             m.d.sync += to_pending.eq(0)
             inc(self.timeouts)
             stat(idx, EvCounterKind.TIMEOUT)
-            in_prof = Signal()
-            m.d.comb += in_prof.eq((idx < paths) & pmask.bit_select(idx[:ibits], 1))
-            with m.If((idx < paths) & self.eligible.bit_select(idx[:ibits], 1)
-                      & ~bad.bit_select(idx[:ibits], 1)):
+            in_prof = (sel_bit & pmask).any()
+            with m.If((sel_bit & self.eligible & ~bad).any()):
                 m.d.comb += [event_push.eq(1), event_fields.index.eq(idx),
                              event_fields.ev.eq(to_ev)]
-                with m.If(good_cnt < cfg[to.qp].ev_min_active + in_prof):
+                with m.If(good_cnt < cfg[to.qp[:qb]].ev_min_active + in_prof):
                     m.d.comb += [event_fields.state.eq(EvState.GOOD),
                                  event_fields.reason.eq(EvEventReason.MIN_ACTIVE)]
                     inc(self.min_active_holds)
                 with m.Else():
                     m.d.comb += [event_fields.state.eq(EvState.ASSUMED_BAD),
                                  event_fields.reason.eq(EvEventReason.ACK_TIMEOUT),
-                                 bad_set.eq(Const(1, paths) << idx[:ibits])]
+                                 bad_set.eq(sel_bit)]
                     m.d.sync += [self.st_en.eq(1), self.st_addr.eq(idx),
                                  self.st_state.eq(EvState.ASSUMED_BAD)]
 
-        # ---- ECN avoidance slots ----------------------------------------------
-        av_v = [Signal(name=f"av_v{i}") for i in range(AVOID_SLOTS)]
+        # ---- ECN avoidance slots: entry, expiry cycle, expired flag ------------------
+        av_v = Signal(AVOID_SLOTS)
         av_i = [Signal(8, name=f"av_i{i}") for i in range(AVOID_SLOTS)]
-        av_t = [Signal(24, name=f"av_t{i}") for i in range(AVOID_SLOTS)]
-        avoid_vec = Signal(paths)
-        vec = Const(0, paths)
+        av_x = [Signal(24, name=f"av_x{i}") for i in range(AVOID_SLOTS)]
+        av_p = Signal(AVOID_SLOTS)             # expired, entry bit not yet cleared
+        avb = Signal(paths)                    # entries avoided (one per valid slot)
+        avb_set = Signal(paths)
+        avb_clr = Signal(paths)
+        av_set_p = Signal(AVOID_SLOTS)
+        av_clr_v = Signal(AVOID_SLOTS)
+        m.d.sync += [avb.eq((avb & ~avb_clr) | avb_set), self.avoid.eq(avb)]
         for i in range(AVOID_SLOTS):
-            vec = vec | Mux(av_v[i] & (av_i[i] < paths), Const(1, paths) << av_i[i][:ibits], 0)
-            with m.If(av_v[i]):
-                m.d.sync += av_t[i].eq(av_t[i] - 1)
-                with m.If(av_t[i] <= 1):
-                    m.d.sync += av_v[i].eq(0)
-        m.d.comb += avoid_vec.eq(vec)
-        m.d.sync += self.avoid.eq(avoid_vec)
+            with m.If(av_v[i] & (cyc_next == av_x[i])):
+                m.d.comb += av_set_p[i].eq(1)
+        # clear one expired slot per cycle (lowest first)
+        exp_i = Signal(range(AVOID_SLOTS))
+        for i in reversed(range(AVOID_SLOTS)):
+            with m.If(av_p[i]):
+                m.d.comb += exp_i.eq(i)
+        exp_idx = Signal(8)
+        m.d.comb += exp_idx.eq(Array(av_i)[exp_i])
+        exp_bit = onehot(exp_idx, "exp_bit")
+        with m.If(av_p.any()):
+            m.d.comb += [avb_clr.eq(exp_bit), av_clr_v.eq(1 << exp_i)]
         av_hit = Signal(AVOID_SLOTS)
         m.d.comb += av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx) for i in range(AVOID_SLOTS)))
         av_free = Signal(range(AVOID_SLOTS + 1))
@@ -652,6 +750,16 @@ class SenderReliability(wiring.Component):
         for i in reversed(range(AVOID_SLOTS)):
             with m.If(~av_v[i]):
                 m.d.comb += av_free.eq(i)
+        av_arm = Signal(AVOID_SLOTS)           # (re)armed this cycle
+        av_end = Signal(AVOID_SLOTS)           # ended by a clean ACK
+        hold = Signal(24)
+        m.d.sync += [av_v.eq((av_v & ~av_clr_v & ~av_end) | av_arm),
+                     av_p.eq(((av_p | av_set_p) & ~av_clr_v & ~av_end & ~av_arm)
+                             | Mux(hold == 1, av_arm, 0))]
+        for i in range(AVOID_SLOTS):
+            with m.If(av_arm[i]):
+                # the entry's bit falls ecn_hold cycles after it rose
+                m.d.sync += av_x[i].eq(cyc + hold)
 
         # ---- finish the ACK ------------------------------------------------------
         need_upd = (newly != 0) | f_trim
@@ -661,9 +769,9 @@ class SenderReliability(wiring.Component):
                      upd.payload.ecn.eq(f_ecn), upd.payload.trim.eq(f_trim)]
         m.d.comb += fin_go.eq(ackjob.ongoing("FINISH") & ~to_pending
                               & (upd.ready | ~need_upd) & (retx_f.w_rdy | ~trim_v))
-        hit_bit = Signal(paths)
-        m.d.comb += hit_bit.eq(Mux(hit_idx < paths, Const(1, paths) << hit_idx[:ibits], 0))
-        fcfg = cfg[job_qp]
+        hit_bit = onehot(hit_idx, "hit_bit")
+        fcfg = cfg[job_qp[:qb]]
+        m.d.comb += hold.eq(fcfg.ecn_hold)
         with m.If(fin_go):
             m.d.comb += upd.valid.eq(need_upd)
             with m.If(trim_v):
@@ -679,47 +787,44 @@ class SenderReliability(wiring.Component):
                 stat(hit_idx, EvCounterKind.CLEAN_ACK)
             with m.If(f_ecn):
                 inc(self.ecn_echoes)
-                others = (good & ~avoid_vec & ~hit_bit).any()
-                with m.If(hit_v & (fcfg.ecn_hold != 0)):
+                others = (good & ~avb & ~hit_bit).any()
+                with m.If(hit_v & (hold != 0)):
                     with m.If(av_hit.any()):
-                        for i in range(AVOID_SLOTS):
-                            with m.If(av_hit[i]):
-                                m.d.sync += [av_v[i].eq(1), av_t[i].eq(fcfg.ecn_hold)]
+                        m.d.comb += [av_arm.eq(av_hit), avb_set.eq(hit_bit)]
                     with m.Elif(others & (av_free != AVOID_SLOTS)):
+                        m.d.comb += [av_arm.eq(1 << av_free), avb_set.eq(hit_bit)]
                         for i in range(AVOID_SLOTS):
                             with m.If(av_free == i):
-                                m.d.sync += [av_v[i].eq(1), av_i[i].eq(hit_idx),
-                                             av_t[i].eq(fcfg.ecn_hold)]
+                                m.d.sync += av_i[i].eq(hit_idx)
             with m.Elif(~f_trim & ~f_probe):
                 inc(self.clean_acks)
                 with m.If(hit_v):
-                    for i in range(AVOID_SLOTS):
-                        with m.If(av_hit[i]):
-                            m.d.sync += av_v[i].eq(0)
+                    m.d.comb += [av_end.eq(av_hit), avb_clr.eq(hit_bit | Mux(av_p.any(), exp_bit, 0))]
                     m.d.comb += [rc_f.w_en.eq(1), rc_f.w_data.eq(hit_idx)]
 
         # ---- probe reply: search the profile for the echoed EV --------------------
         srch_i = Signal(9)
         srch_v = Signal()
         srch_idx = Signal(9)
-        scfg = cfg[job_qp]
+        scfg = cfg[job_qp[:qb]]
         s_idx = Signal(10)
         m.d.comb += [s_idx.eq(scfg.profile_base + srch_i), ev_r.addr.eq(s_idx)]
+        srch_clr = Signal(paths)
         with m.If(fin_go):
             m.d.sync += [srch_i.eq(0), srch_v.eq(0)]
         with m.If(srch_busy):
-            more = (srch_i < scfg.profile_count) & (s_idx < paths)
+            more = (srch_i < scfg.profile_count) & _lt_c(s_idx, paths)
             m.d.sync += [srch_v.eq(more), srch_idx.eq(s_idx)]
             with m.If(more):
                 m.d.sync += srch_i.eq(srch_i + 1)
-            m.d.comb += srch_done.eq(~more & ~srch_v)
-            with m.If(srch_v & (ev_r.data == job.ack.ev) & bad.bit_select(srch_idx[:ibits], 1)):
+            m.d.comb += [srch_done.eq(~more & ~srch_v), sel_idx.eq(srch_idx)]
+            with m.If(srch_v & (ev_r.data == job.ack.ev) & (sel_bit & bad).any()):
                 m.d.comb += [event_push.eq(1), event_fields.index.eq(srch_idx),
                              event_fields.ev.eq(job.ack.ev),
                              event_fields.state.eq(EvState.GOOD),
                              event_fields.reason.eq(EvEventReason.PROBE_OK),
                              event_fields.rtt_ns.eq(now - job.ack.ts),
-                             srch_clr.eq(Const(1, paths) << srch_idx[:ibits])]
+                             srch_clr.eq(sel_bit)]
                 m.d.sync += [self.st_en.eq(1), self.st_addr.eq(srch_idx),
                              self.st_state.eq(EvState.GOOD)]
 
@@ -743,7 +848,7 @@ class SenderReliability(wiring.Component):
                         m.d.comb += pr_clear.eq(1 << i)
                         m.next = "SWEEP"
             with m.State("SWEEP"):
-                with m.If((pr_i >= pcfg.profile_count) | (p_idx >= paths)):
+                with m.If((pr_i >= pcfg.profile_count) | _ge_c(p_idx, paths)):
                     m.next = "IDLE"
                 with m.Elif(can):
                     m.d.sync += pr_i.eq(pr_i + 1)
@@ -763,17 +868,15 @@ class SenderReliability(wiring.Component):
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- configuration write (wins over everything above) ------------------------
-        w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
+        w_ok = self.cfg_w_en & _lt_c(self.cfg_w_addr, qps)
         wd = self.cfg_w_data
         wmask = _profile_mask(m, paths, wd.profile_base, wd.profile_count, "wmask")
-        ctl_clr = Mux(self.ctl_st_en & (self.ctl_st_addr < paths),
-                      Const(1, paths) << self.ctl_st_addr[:ibits], 0)
+        ctl_clr = Mux(self.ctl_st_en, onehot(self.ctl_st_addr, "ctl_bit"), 0)
         m.d.comb += bad_clr.eq(srch_clr | Mux(w_ok, wmask, 0) | ctl_clr)
-        with m.If(~self.cfg_w_en & self.cc_w_en & (self.cc_w_addr < qps)):
-            m.d.sync += cfg[self.cc_w_addr].nscc.eq(self.cc_w_data)
         with m.If(w_ok):
-            a = self.cfg_w_addr
-            m.d.sync += [cfg[a].eq(wd), qvalid[a].eq(1), una[a].eq(wd.start_psn),
-                         nxt[a].eq(wd.start_psn), inflight[a].eq(0),
+            a = self.cfg_w_addr[:qb]
+            m.d.sync += [cfg[a].eq(wd.as_value()[:RelQpParams.as_shape().size]),
+                         pmq[a].eq(wmask), qvalid[a].eq(1), una[a].eq(wd.start_psn),
+                         nxt[a].eq(wd.start_psn), outst[a].eq(0), infl[a].eq(0),
                          pr_timer[a].eq(wd.probe_interval)]
         return m

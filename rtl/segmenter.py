@@ -14,21 +14,30 @@ VA, length, opcode, immediate; payload read again from host memory) and sprays
 it on another path-table entry than the one that lost it.
 """
 
-from amaranth import Array, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import wire
+
 from .axi import Axi4ReadSignature
 from .axis import AxiStreamSignature
-from .layouts import (MAX_QPS, Decision, QpContext, RetxReq, SentInfo, SprayReq, TxPacket,
-                      WorkRequest, WrOpcode)
+from .layouts import (
+    MAX_QPS,
+    Decision,
+    QpContext,
+    RetxReq,
+    SentInfo,
+    SprayReq,
+    TxPacket,
+    WorkRequest,
+    WrOpcode,
+)
 
 __all__ = ["Segmenter"]
 
 _MAX_BURST = 256          # AXI4 INCR burst limit, beats
 _MAX_WR_LENGTH = 1 << 31  # largest work request, bytes
-_RDEC_DEPTH = 4           # retransmissions in flight between decision and ``pkt``
 
 
 class _FrameInfo(data.Struct):
@@ -50,7 +59,7 @@ class _PendingPacket(data.Struct):
     mode: 2
     peer_usid: 16
     psn: 24
-    opcode: 8
+    imm_op: 1       # opcode OP_WRITE_ONLY_IMM (else OP_WRITE_ONLY)
     last: 1
     va: 64
     rkey: 32
@@ -59,17 +68,30 @@ class _PendingPacket(data.Struct):
     retx: 1
 
 
-class _Msg(data.Struct):
-    """One outstanding message in the per-QP message table (for retransmission)."""
+class _MsgKey(data.Struct):
+    """PSN range of one outstanding message (searched and released one slot per cycle)."""
     first_psn: 24
     count: 24       # packets, modulo 2**24
+
+
+class _MsgBulk(data.Struct):
+    """The rest of an outstanding message, read only to rebuild a retransmitted packet.
+
+    Kept in block RAM as ``_BULK_WORDS`` words of ``_BULK_BITS`` bits per slot, written
+    over ``_BULK_WORDS`` cycles after the work request is accepted and read the same way.
+    """
     log2: 4         # path MTU of the message, log2 bytes
-    local_addr: 32
+    local_addr: 29  # local_addr[3:32] (8-byte aligned)
     remote_va: 64
     rkey: 32
-    length: 32
+    last_len: 13    # bytes in the message's last packet, 1..pmtu
     is_imm: 1
     imm: 32
+
+
+_BULK_BITS = 36                                            # one DP16KD word (512 x 36)
+_BULK_WORDS = -(-_MsgBulk.as_shape().size // _BULK_BITS)   # 5
+_BULK_STRIDE = 8                                           # words per slot in the bulk RAM
 
 
 class Segmenter(wiring.Component):
@@ -109,11 +131,12 @@ class Segmenter(wiring.Component):
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(QpContext)
         QP context table write port.  A write (re)sets the QP's next PSN to
         ``start_psn``, empties its message table and marks the context valid;
-        writes to ``addr >= qps`` are ignored.  A message already being cut
-        keeps the context it started with; when a context write and the
-        acceptance of a WR on the same QP share a cycle, the WR uses the old
-        next PSN and the write sets the new one.  Write a context only while
-        its QP has no traffic and no retransmission request.
+        writes to ``addr >= qps`` are ignored.  Packets take the context
+        fields (DestQP, mode, peer uSID, EV profile) current when they are
+        cut; when a context write and the acceptance of a WR on the same QP
+        share a cycle, the WR uses the old next PSN and the write sets the
+        new one.  Write a context only while its QP has no traffic and no
+        retransmission request.
     pmtu_log2 : In(4)
         Path MTU: 2**pmtu_log2 payload bytes per packet, clamped to 8..12
         (256..4096 bytes).  Sampled when a work request is accepted (kept per
@@ -198,13 +221,14 @@ class Segmenter(wiring.Component):
     -----
     Latency and throughput, in cycles of ``clk`` (measured by the testbench):
 
-    * WR accepted -> first ``spray_req`` valid: 1; then one packet per cycle
+    * WR accepted -> first ``spray_req`` valid: 6 (the message's table entry is
+      written first: 5 block-RAM words, one per cycle); then one packet per cycle
       while ``spray_req`` is ready, ``tx_ok`` is set, the pending/framing/
       read-job FIFOs have room and fewer than ``fifo_depth`` beats are cut but
       not yet out on ``payload`` (this bounds how far new packets run ahead,
       hence how long a retransmission waits: at most
       min(``pending_depth``, ``fifo_depth`` / packet beats + 1) packets).  Messages are accepted one at a time: a
-      message of N packets occupies the cutter N + 1 cycles.
+      message of N packets occupies the cutter N + 6 cycles.
     * ``spray_req`` handshake -> ``pkt`` valid: 2, or when the decision arrives
       (``pkt`` is combinational from the decision and the pending FIFO).
       Descriptors run up to ``pending_depth`` packets ahead of the payload.
@@ -212,15 +236,19 @@ class Segmenter(wiring.Component):
     * R beat -> ``payload`` beat: 2.  Payload runs at one beat per cycle while R
       does, with no idle cycle between packets or messages.
     * Retransmission: ``retx`` handshake -> table lookup 1 cycle per slot
-      searched (<= ``msgs`` + 1) -> packet queued (read job issued) 1 cycle
-      later -> one spray request per try, each waiting for the decisions of
-      packets queued before it.  No new packet is cut from the ``retx``
-      handshake until the decision is settled; the retransmitted packet leaves
-      after the packets already cut (bounded as above).  One
-      retransmission is handled at a time; up to 4 may wait for ``pkt``.
+      searched (<= ``msgs`` + 1) -> the message's block-RAM words fetched
+      (6 cycles) -> packet queued (read job issued) 1 cycle later -> one spray
+      request per try, each waiting for the decisions of packets queued
+      before it.  No new packet is cut from the ``retx`` handshake until the
+      decision is settled; the retransmitted packet leaves after the packets
+      already cut (bounded as above).  One retransmission is handled at a
+      time; the accepted decision stays at the head of ``spray_decision``
+      until its packet leaves on ``pkt`` (refused ones are taken at once), so
+      any number of retransmitted packets may wait in the pending FIFO.
     * Buffering: ``fifo_depth`` x 64-bit payload FIFO, ``pending_depth``
-      descriptors / frame infos / read jobs, ``qps * msgs`` table slots of
-      245 bits.
+      descriptors / frame infos / read jobs, ``qps * msgs`` message-table
+      slots: 48-bit PSN ranges (distributed RAM) + 5 x 36-bit words in one
+      block RAM (``ram_style = "block"``).
     * A message of 2**23 or more packets is never released (its table slot
       stays used); sender reliability windows are far smaller.
     """
@@ -274,18 +302,21 @@ class Segmenter(wiring.Component):
         # ---------------------------------------------------------- QP contexts
         m.submodules.ctx = ctx = memory.Memory(shape=QpContext, depth=qps, init=[])
         ctx_w = ctx.write_port()
-        ctx_r = ctx.read_port(domain="comb")     # WR intake
-        ctx_x = ctx.read_port(domain="comb")     # retransmission engine
+        ctx_r = ctx.read_port(domain="comb")     # the QP of the packet being cut / rebuilt
         ctx_valid = Signal(qps)
         next_psn = Array(Signal(24, name=f"next_psn{i}") for i in range(qps))
         for i in range(qps):
             m.d.comb += self.next_psn[i].eq(next_psn[i])
 
         # ------------------------------------------------------ message table
-        m.submodules.msgs = tab = memory.Memory(shape=_Msg, depth=qps * msgs, init=[])
+        m.submodules.msgs = tab = memory.Memory(shape=_MsgKey, depth=qps * msgs, init=[])
         tab_w = tab.write_port()
-        tab_rel = tab.read_port(domain="comb")   # release check (head slot)
-        tab_x = tab.read_port(domain="comb")     # retransmission lookup
+        m.submodules.msg_bulk = bulk = memory.Memory(
+            shape=_BULK_BITS, depth=qps * msgs * _BULK_STRIDE, init=[],
+            attrs={"ram_style": "block"})
+        bulk_w = bulk.write_port()
+        bulk_r = bulk.read_port()                # sync: retransmission fetch
+        tab_r = tab.read_port(domain="comb")     # release check (head slot) / retx lookup
         head = Array(Signal(sbits, name=f"head{i}") for i in range(qps))
         occ = Array(Signal(range(msgs + 1), name=f"occ{i}") for i in range(qps))
 
@@ -297,8 +328,6 @@ class Segmenter(wiring.Component):
         m.submodules.frames = fi = fifo.SyncFIFOBuffered(
             width=_FrameInfo.as_shape().size, depth=self.pending_depth)
         m.submodules.payload_fifo = pf = fifo.SyncFIFOBuffered(width=64, depth=self.fifo_depth)
-        m.submodules.retx_dec = rdec = fifo.SyncFIFOBuffered(
-            width=Decision.as_shape().size, depth=_RDEC_DEPTH)
 
         # --------------------------------------------------- WR intake / check
         wr = self.wr.payload
@@ -312,7 +341,6 @@ class Segmenter(wiring.Component):
 
         qp_ok = Signal()
         m.d.comb += [
-            ctx_r.addr.eq(wr.qp),
             qp_ok.eq((wr.qp < qps) & ctx_valid.bit_select(wr.qp, 1)),
         ]
         bad = Signal()
@@ -321,7 +349,13 @@ class Segmenter(wiring.Component):
                            | ((wr.local_addr + wr.length) > (1 << 32))
                            | ~qp_ok)
         npkts = Signal(24)   # packets of the message, modulo 2**24
-        m.d.comb += npkts.eq(((wr.length - 1) >> p_log2) + 1)
+        len_m1 = Signal(32)
+        last_len = Signal(13)  # bytes in the last packet
+        m.d.comb += [
+            len_m1.eq(wr.length - 1),
+            npkts.eq((len_m1 >> p_log2) + 1),
+            last_len.eq((len_m1[:12] & ~(Const(-1, 12) << p_log2)) + 1),
+        ]
         room = Signal()
         m.d.comb += room.eq(occ[wr.qp] < msgs)
 
@@ -332,17 +366,20 @@ class Segmenter(wiring.Component):
 
         # cutter state (one message at a time)
         g_qp = Signal(3)
-        g_ctx = Signal(QpContext)
+        g_ctx = QpContext(ctx_r.data)     # read at cut time (see ``qp_w_en``)
         g_first = Signal(24)
         g_slot = Signal(sbits)
         g_psn = Signal(24)
         g_va = Signal(64)
         g_addr = Signal(32)
-        g_rem = Signal(32)
+        g_left = Signal(24)     # packets left to cut, modulo 2**24
+        g_last_len = Signal(13)
         g_rkey = Signal(32)
         g_imm = Signal(32)
         g_is_imm = Signal()
         g_pmtu = Signal(13)
+        g_log2 = Signal(4)
+        g_wbeat = Signal(range(_BULK_WORDS + 1))   # bulk words written (cutting waits for all)
 
         tail = Signal(sbits)
         m.d.comb += tail.eq(head[wr.qp] + occ[wr.qp])
@@ -355,34 +392,48 @@ class Segmenter(wiring.Component):
                 m.d.sync += [
                     g_active.eq(1),
                     g_qp.eq(wr.qp),
-                    g_ctx.eq(ctx_r.data),
                     g_first.eq(next_psn[wr.qp]),
                     g_slot.eq(tail),
                     g_psn.eq(next_psn[wr.qp]),
                     g_va.eq(wr.remote_va),
                     g_addr.eq(wr.local_addr),
-                    g_rem.eq(wr.length),
+                    g_left.eq(npkts),
+                    g_last_len.eq(last_len),
                     g_rkey.eq(wr.rkey),
                     g_imm.eq(wr.imm),
                     g_is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
                     g_pmtu.eq(Const(1, 13) << p_log2),
+                    g_log2.eq(p_log2),
+                    g_wbeat.eq(0),
                     next_psn[wr.qp].eq(next_psn[wr.qp] + npkts),
                 ]
-        new_msg = Signal(_Msg)
+        new_key = Signal(_MsgKey)
         m.d.comb += [
-            new_msg.first_psn.eq(next_psn[wr.qp]),
-            new_msg.count.eq(npkts),
-            new_msg.log2.eq(p_log2),
-            new_msg.local_addr.eq(wr.local_addr),
-            new_msg.remote_va.eq(wr.remote_va),
-            new_msg.rkey.eq(wr.rkey),
-            new_msg.length.eq(wr.length),
-            new_msg.is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
-            new_msg.imm.eq(wr.imm),
+            new_key.first_psn.eq(next_psn[wr.qp]),
+            new_key.count.eq(npkts),
             tab_w.addr.eq((wr.qp << sbits) | tail),
-            tab_w.data.eq(new_msg),
+            tab_w.data.eq(new_key),
             tab_w.en.eq(wr_take),
         ]
+        # bulk words: from the cutter registers, before the first cut changes g_va/g_addr
+        g_bulk = Signal(_MsgBulk)
+        g_writing = Signal()
+        m.d.comb += [
+            g_bulk.log2.eq(g_log2),
+            g_bulk.local_addr.eq(g_addr[3:]),
+            g_bulk.remote_va.eq(g_va),
+            g_bulk.rkey.eq(g_rkey),
+            g_bulk.last_len.eq(g_last_len),
+            g_bulk.is_imm.eq(g_is_imm),
+            g_bulk.imm.eq(g_imm),
+            g_writing.eq(g_active & (g_wbeat != _BULK_WORDS)),
+            bulk_w.addr.eq(Cat(g_wbeat[:3], g_slot, g_qp[:max(1, (qps - 1).bit_length())])),
+            bulk_w.data.eq(Cat(g_bulk, Const(0, _BULK_WORDS * _BULK_BITS - len(g_bulk.as_value())))
+                           .word_select(g_wbeat, _BULK_BITS)),
+            bulk_w.en.eq(g_writing),
+        ]
+        with m.If(g_writing):
+            m.d.sync += g_wbeat.eq(g_wbeat + 1)
 
         # --------------------------------------------- retransmission engine
         rx_q = Signal(3)
@@ -390,26 +441,28 @@ class Segmenter(wiring.Component):
         rx_avoid = Signal(8)
         rx_i = Signal(range(msgs + 1))
         rx_off = Signal(24)
-        rx_msg = Signal(_Msg)
+        rx_count = Signal(24)
+        rx_slot = Signal(sbits)
+        rx_bulk_words = Signal(_BULK_WORDS * _BULK_BITS)
+        rx_msg = _MsgBulk(rx_bulk_words[:_MsgBulk.as_shape().size])
+        rx_w = Signal(range(_BULK_WORDS + 1))
         rx_tries = Signal(range(self.retx_tries + 1))
         rx_skip = Signal(range(self.pending_depth + 2))
-        rx_dec = Signal(Decision)
-        nnew = Signal(range(self.pending_depth + 2))   # new-packet decisions not yet used
-        new_used = Signal()                            # one of them used this cycle
+        nout = Signal(range(self.pending_depth + 2))   # decisions asked for, not yet taken
+        dec_used = Signal()                            # a packet took its decision this cycle
         rx_idle = Signal()
         rx_load = Signal()
         dec_for_retx = Signal()
 
-        m.d.comb += [ctx_x.addr.eq(rx_q)]
+        m.d.comb += ctx_r.addr.eq(Mux(rx_idle, g_qp, rx_q))
         x_slot = Signal(sbits)
         x_d = Signal(24)
-        x_msg = _Msg(tab_x.data)
+        x_msg = _MsgKey(tab_r.data)
         x_cut = Signal(24)
         x_current = Signal()
         x_hit = Signal()
         m.d.comb += [
             x_slot.eq(head[rx_q] + rx_i),
-            tab_x.addr.eq((rx_q << sbits) | x_slot),
             x_d.eq(rx_psn - x_msg.first_psn),
             x_cut.eq(g_psn - g_first),
             x_current.eq(g_active & (g_qp == rx_q) & (g_slot == x_slot)),
@@ -422,29 +475,30 @@ class Segmenter(wiring.Component):
         x_len = Signal(13)
         x_pp = Signal(_PendingPacket)
         x_job = Signal(_ReadJob)
-        x_ctx = QpContext(ctx_x.data)
+        x_ctx = g_ctx
         m.d.comb += [
             x_byte.eq(rx_off << rx_msg.log2),
-            x_last.eq((rx_off + 1)[:24] == rx_msg.count),
-            x_len.eq(Mux(x_last, (rx_msg.length - x_byte)[:13], Const(1, 13) << rx_msg.log2)),
+            x_last.eq((rx_off + 1)[:24] == rx_count),
+            x_len.eq(Mux(x_last, rx_msg.last_len, Const(1, 13) << rx_msg.log2)),
             x_pp.qp.eq(rx_q),
             x_pp.dest_qpn.eq(x_ctx.dest_qpn),
             x_pp.mode.eq(x_ctx.mode),
             x_pp.peer_usid.eq(x_ctx.peer_usid),
             x_pp.psn.eq(rx_psn),
-            x_pp.opcode.eq(Mux(rx_msg.is_imm & x_last, wire.OP_WRITE_ONLY_IMM, wire.OP_WRITE_ONLY)),
+            x_pp.imm_op.eq(rx_msg.is_imm & x_last),
             x_pp.last.eq(x_last),
             x_pp.va.eq(rx_msg.remote_va + x_byte),
             x_pp.rkey.eq(rx_msg.rkey),
             x_pp.length.eq(x_len),
             x_pp.imm.eq(rx_msg.imm),
             x_pp.retx.eq(1),
-            x_job.addr.eq(rx_msg.local_addr + x_byte),
+            x_job.addr.eq(Cat(Const(0, 3), rx_msg.local_addr) + x_byte),
             x_job.beats.eq((x_len + 7) >> 3),
         ]
         x_room = Signal()
         m.d.comb += x_room.eq(pend.w_rdy & fi.w_rdy & rj.w_rdy)
         rx_req_valid = Signal()
+        dec_refused = Signal()
         dec = self.spray_decision.payload
 
         with m.FSM(name="retx_fsm"):
@@ -462,10 +516,23 @@ class Segmenter(wiring.Component):
                     m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
                     m.next = "IDLE"
                 with m.Elif(x_hit):
-                    m.d.sync += [rx_msg.eq(x_msg), rx_off.eq(x_d)]
-                    m.next = "LOAD"
+                    m.d.sync += [rx_count.eq(x_msg.count), rx_off.eq(x_d), rx_slot.eq(x_slot),
+                                 rx_w.eq(0)]
+                    m.next = "FETCH"
                 with m.Else():
                     m.d.sync += rx_i.eq(rx_i + 1)
+            with m.State("FETCH"):
+                # the slot's bulk words, one per cycle (read data one cycle after the address)
+                m.d.comb += [
+                    bulk_r.addr.eq(Cat(rx_w[:3], rx_slot, rx_q[:max(1, (qps - 1).bit_length())])),
+                    bulk_r.en.eq(1),
+                ]
+                m.d.sync += rx_w.eq(rx_w + 1)
+                with m.If(rx_w != 0):
+                    # shift register: word 0 ends at the bottom after the last one
+                    m.d.sync += rx_bulk_words.eq(Cat(rx_bulk_words[_BULK_BITS:], bulk_r.data))
+                with m.If(rx_w == _BULK_WORDS):
+                    m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += rx_load.eq(x_room)
                 with m.If(x_room):
@@ -474,34 +541,34 @@ class Segmenter(wiring.Component):
             with m.State("REQ"):
                 m.d.comb += rx_req_valid.eq(1)
                 with m.If(self.spray_req.ready):
-                    m.d.sync += [rx_tries.eq(rx_tries + 1), rx_skip.eq(nnew - new_used)]
+                    m.d.sync += [rx_tries.eq(rx_tries + 1), rx_skip.eq(nout - dec_used)]
                     m.next = "WAIT"
             with m.State("WAIT"):
+                # The decision stays in the spray stream; once it is at the head
+                # (every earlier one taken by its packet) it is refused -- taken
+                # here, another one asked for -- or left for the retransmitted
+                # packet, now at the head of the pending FIFO.
                 m.d.comb += dec_for_retx.eq(rx_skip == 0)
                 with m.If(dec_for_retx):
                     with m.If(self.spray_decision.valid):
-                        m.d.sync += rx_dec.eq(dec)
                         with m.If((dec.index == rx_avoid) & (rx_tries < self.retx_tries)):
+                            m.d.comb += dec_refused.eq(1)
                             m.next = "REQ"
                         with m.Else():
                             with m.If(dec.index == rx_avoid):
                                 m.d.sync += self.retx_same_path.eq(self.retx_same_path + 1)
-                            m.next = "DONE"
+                            m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += rx_skip.eq(rx_skip - new_used)
-            with m.State("DONE"):
-                m.d.comb += [rdec.w_en.eq(1), rdec.w_data.eq(rx_dec)]
-                with m.If(rdec.w_rdy):
-                    m.next = "IDLE"
+                    m.d.sync += rx_skip.eq(rx_skip - dec_used)
 
         # -------------------------------------------------- message release
         rel_q = Signal(range(qps))
         rel_d = Signal(24)
-        rel_msg = _Msg(tab_rel.data)
+        rel_msg = _MsgKey(tab_r.data)
         rel = Signal()
         m.d.sync += rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))
         m.d.comb += [
-            tab_rel.addr.eq((rel_q << sbits) | head[rel_q]),
+            tab_r.addr.eq(Mux(rx_idle, (rel_q << sbits) | head[rel_q], (rx_q << sbits) | x_slot)),
             rel_d.eq(self.una[rel_q] - rel_msg.first_psn),
             rel.eq(rx_idle & (occ[rel_q] != 0) & (rel_d >= rel_msg.count) & ~rel_d[23]),
         ]
@@ -532,24 +599,17 @@ class Segmenter(wiring.Component):
         new_ok = Signal()
         ahead = Signal(range(max(self.fifo_depth, 512 * self.pending_depth) + 513))   # beats cut, not yet out on payload
         m.d.comb += [
-            g_last.eq(g_rem <= g_pmtu),
-            pkt_len.eq(Mux(g_last, g_rem[:13], g_pmtu)),
-            new_ok.eq(g_active & self.tx_ok.bit_select(g_qp, 1) & rx_idle & ~self.retx.valid
+            g_last.eq(g_left == 1),
+            pkt_len.eq(Mux(g_last, g_last_len, g_pmtu)),
+            new_ok.eq(g_active & ~g_writing & self.tx_ok.bit_select(g_qp, 1) & rx_idle & ~self.retx.valid
                       & pend.w_rdy & fi.w_rdy & rj.w_rdy & (ahead < self.fifo_depth)),
             self.spray_req.valid.eq(new_ok | rx_req_valid),
         ]
-        with m.If(rx_req_valid):
-            m.d.comb += [
-                self.spray_req.payload.qp.eq(rx_q),
-                self.spray_req.payload.base.eq(x_ctx.profile_base),
-                self.spray_req.payload.count.eq(x_ctx.profile_count),
-            ]
-        with m.Else():
-            m.d.comb += [
-                self.spray_req.payload.qp.eq(g_qp),
-                self.spray_req.payload.base.eq(g_ctx.profile_base),
-                self.spray_req.payload.count.eq(g_ctx.profile_count),
-            ]
+        m.d.comb += [
+            self.spray_req.payload.qp.eq(Mux(rx_idle, g_qp, rx_q)),
+            self.spray_req.payload.base.eq(g_ctx.profile_base),
+            self.spray_req.payload.count.eq(g_ctx.profile_count),
+        ]
         cut = new_ok & self.spray_req.ready
 
         pp = Signal(_PendingPacket)
@@ -559,7 +619,7 @@ class Segmenter(wiring.Component):
             pp.mode.eq(g_ctx.mode),
             pp.peer_usid.eq(g_ctx.peer_usid),
             pp.psn.eq(g_psn),
-            pp.opcode.eq(Mux(g_is_imm & g_last, wire.OP_WRITE_ONLY_IMM, wire.OP_WRITE_ONLY)),
+            pp.imm_op.eq(g_is_imm & g_last),
             pp.last.eq(g_last),
             pp.va.eq(g_va),
             pp.rkey.eq(g_rkey),
@@ -590,7 +650,7 @@ class Segmenter(wiring.Component):
                 g_psn.eq(g_psn + 1),
                 g_va.eq(g_va + g_pmtu),
                 g_addr.eq(g_addr + g_pmtu),
-                g_rem.eq(g_rem - g_pmtu),
+                g_left.eq(g_left - 1),
             ]
             with m.If(g_last):
                 m.d.sync += g_active.eq(0)
@@ -601,30 +661,28 @@ class Segmenter(wiring.Component):
         base_valid = Signal()
         xfer = Signal()
         m.d.comb += [
-            base_valid.eq(pend.r_rdy & Mux(pend_pkt.retx, rdec.r_rdy,
-                                           self.spray_decision.valid & ~dec_for_retx)),
+            base_valid.eq(pend.r_rdy & self.spray_decision.valid & ~dec_for_retx),
             self.pkt.valid.eq(base_valid & self.sent.ready),
             self.sent.valid.eq(base_valid & self.pkt.ready),
             xfer.eq(base_valid & self.pkt.ready & self.sent.ready),
-            self.spray_decision.ready.eq(
-                dec_for_retx | (pend.r_rdy & ~pend_pkt.retx & self.pkt.ready & self.sent.ready)),
+            self.spray_decision.ready.eq(dec_refused | xfer),
             pend.r_en.eq(xfer),
-            rdec.r_en.eq(xfer & pend_pkt.retx),
-            new_used.eq(xfer & ~pend_pkt.retx),
+            dec_used.eq(xfer),
             out.qp.eq(pend_pkt.qp),
             out.dest_qpn.eq(pend_pkt.dest_qpn),
             out.mode.eq(pend_pkt.mode),
             out.peer_usid.eq(pend_pkt.peer_usid),
             out.psn.eq(pend_pkt.psn),
-            out.opcode.eq(pend_pkt.opcode),
+            out.opcode.eq(Mux(pend_pkt.imm_op, wire.OP_WRITE_ONLY_IMM, wire.OP_WRITE_ONLY)),
             out.last.eq(pend_pkt.last),
             out.va.eq(pend_pkt.va),
             out.rkey.eq(pend_pkt.rkey),
             out.length.eq(pend_pkt.length),
             out.imm.eq(pend_pkt.imm),
-            out.path.eq(Mux(pend_pkt.retx, rdec.r_data, self.spray_decision.payload)),
+            out.path.eq(self.spray_decision.payload),
         ]
-        m.d.sync += nnew.eq(nnew + cut - new_used)
+        m.d.sync += nout.eq(nout + (self.spray_req.valid & self.spray_req.ready)
+                            - (self.spray_decision.valid & self.spray_decision.ready))
         si = self.sent.payload
         m.d.comb += [
             si.qp.eq(out.qp),
