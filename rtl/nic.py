@@ -8,7 +8,8 @@
     m_axi ◄── AXI4 (reads: TX payload, writes: RX placement)   │
                ▲ m_axi (AW/W/B)                                │
     s_axis_p<i> ──► RxPipeline ──► recv_cpl                    │
-                       │ spray_req/decision ◄─► SprayScheduler (ACK reverse paths)
+                       │ spray_req/decision ◄─► TxPipeline's SprayScheduler (client 1:
+                       │                        ACK reverse paths, same path table)
                        └─ ack_rx (received ACKs) ──► SenderReliability
                                                            │ retx, tx_ok, una ──► segmenter
                                                            │ st_* ──► every path-table copy
@@ -42,7 +43,6 @@ from .plane_mux import PlaneMux
 from .nscc import NsccConfig
 from .reliability import RelQpConfig, SenderReliability
 from .rx import RxPipeline
-from .spray import SprayScheduler
 from .tx import TxPipeline
 
 __all__ = ["MRCNic", "ManualProbe", "ProbeReply"]
@@ -229,12 +229,12 @@ class MRCNic(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.ports
-        m.submodules.tx = tx = TxPipeline(ports=n, paths=self.paths, reliability=True)
+        m.submodules.tx = tx = TxPipeline(ports=n, paths=self.paths, reliability=True,
+                                          qps=self.qps, ack_client=True)
         m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
                                                    paths=self.paths)
         m.submodules.probe_table = probe_table = PathTable(self.paths)
         m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window)
-        m.submodules.ack_spray = ack_spray = SprayScheduler(depth=self.paths)
 
         # EV state updates: the controller's (pt_st_*) win; otherwise sender
         # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).
@@ -294,16 +294,9 @@ class MRCNic(wiring.Component):
         # ---- sender reliability (MRC): SACK/NACK, RTO, EV failover, probes, NSCC -----------
         self._wire_reliability(m, tx, rx, rel, probe_table)
 
-        # ---- ACK reverse paths: a second spray scheduler fed by the same path-table writes --
-        wiring.connect(m, rx.spray_req, ack_spray.req)
-        wiring.connect(m, ack_spray.decision, rx.spray_decision)
-        m.d.comb += [
-            ack_spray.w_en.eq(self.pt_w_en), ack_spray.w_addr.eq(self.pt_w_addr),
-            ack_spray.w_data.eq(self.pt_w_data),
-            ack_spray.st_en.eq(st_en), ack_spray.st_addr.eq(st_addr),
-            ack_spray.st_state.eq(st_state),
-            ack_spray.avoid.eq(0),
-        ]
+        # ---- ACK reverse paths: the transmit scheduler's second client (same path table) ----
+        wiring.connect(m, rx.spray_req, tx.ack_spray_req)
+        wiring.connect(m, tx.ack_spray_decision, rx.spray_decision)
 
         # ---- one AXI4 manager: reads for TX, writes for RX ----------------------------------
         for sig, sub in ((Axi4ReadSignature(32, 64, 4), tx.m_axi),

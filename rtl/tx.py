@@ -11,7 +11,7 @@ Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper (per-packet
 EV spraying, RETH on every packet).
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Const, Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,8 +19,18 @@ from .axi import Axi4ReadSignature
 from .axis import AxiStreamSignature
 from .frame_merge import FrameMerge
 from .header_gen import HeaderGen
-from .layouts import (MAX_QPS, EvState, NicGlobals, PathEntry, QpContext, RetxReq, SentInfo,
-                      WorkRequest)
+from .layouts import (
+    MAX_QPS,
+    Decision,
+    EvState,
+    NicGlobals,
+    PathEntry,
+    QpContext,
+    RetxReq,
+    SentInfo,
+    SprayReq,
+    WorkRequest,
+)
 from .segmenter import Segmenter
 from .spray import SprayScheduler
 
@@ -36,6 +46,19 @@ class TxPipeline(wiring.Component):
         Planes (1..8): one 64-bit AXI-Stream output each.
     paths : int
         Path-table entries (1..256).
+    reliability : bool
+        Wire the segmenter's retransmission/window/SentInfo ports out (below).
+    qps : int
+        QP contexts in the segmenter (1..8, ``MAX_QPS``); the NIC passes its own
+        QP count so the segmenter's per-QP state is sized for it.  Work requests,
+        context writes and retransmission requests for ``qp >= qps`` are refused
+        or ignored as the segmenter documents; the ``tx_ok``/``una`` ports stay
+        ``MAX_QPS`` wide (entries >= ``qps`` unused).
+
+    ack_client : bool
+        Also serve a second spray client (the receive pipeline's ACK reverse
+        paths) from the same scheduler and path table
+        (:class:`~mrcnic.rtl.spray.SprayScheduler` ``clients=2``).
 
     Attributes
     ----------
@@ -63,6 +86,9 @@ class TxPipeline(wiring.Component):
         Work requests refused (zero length, misaligned, unknown QP).
     no_path : Out(1)
         The current request's EV profile has no eligible entry (traffic waits).
+    ack_spray_req, ack_spray_decision : In(stream SprayReq), Out(stream Decision)
+        Only with ``ack_client=True``: spray requests of the ACKs and their
+        decisions (over the same path table; ``avoid`` does not apply to them).
     retx, sent, tx_ok, una, eligible, retransmits
         Only with ``reliability=True``: the segmenter's retransmission request
         input, its SentInfo tap, the per-QP window gate, the per-QP oldest
@@ -76,12 +102,16 @@ class TxPipeline(wiring.Component):
     Backpressure on one plane stalls all of them (head-of-line, v1).
     """
 
-    def __init__(self, ports: int = 4, paths: int = 256, reliability: bool = False):
+    def __init__(self, ports: int = 4, paths: int = 256, reliability: bool = False,
+                 qps: int = MAX_QPS, ack_client: bool = False):
         if not 1 <= ports <= 8:
             raise ValueError(f"ports must be 1..8, not {ports}")
         if not 1 <= paths <= 256:
             raise ValueError(f"paths must be 1..256, not {paths}")
-        self._ports, self._paths, self._rel = ports, paths, reliability
+        if not 1 <= qps <= MAX_QPS:
+            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+        self._ports, self._paths, self._rel, self._qps = ports, paths, reliability, qps
+        self._ack_client = ack_client
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "globals": In(NicGlobals),
@@ -97,6 +127,9 @@ class TxPipeline(wiring.Component):
         }
         for i in range(ports):
             members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
+        if ack_client:
+            members.update({"ack_spray_req": In(stream.Signature(SprayReq)),
+                            "ack_spray_decision": Out(stream.Signature(Decision))})
         if reliability:
             members.update({
                 "retx": In(stream.Signature(RetxReq)),
@@ -110,8 +143,12 @@ class TxPipeline(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.spray = spray = SprayScheduler(depth=self._paths)
-        m.submodules.segmenter = seg = Segmenter()
+        m.submodules.spray = spray = SprayScheduler(depth=self._paths,
+                                                    clients=2 if self._ack_client else 1)
+        if self._ack_client:
+            wiring.connect(m, wiring.flipped(self.ack_spray_req), spray.req_1)
+            wiring.connect(m, spray.decision_1, wiring.flipped(self.ack_spray_decision))
+        m.submodules.segmenter = seg = Segmenter(qps=self._qps)
         m.submodules.header_gen = hdr = HeaderGen(ports=self._ports)
         m.submodules.frame_merge = merge = FrameMerge(ports=self._ports)
 
@@ -144,12 +181,14 @@ class TxPipeline(wiring.Component):
         if self._rel:
             wiring.connect(m, wiring.flipped(self.retx), seg.retx)
             wiring.connect(m, seg.sent, wiring.flipped(self.sent))
-            m.d.comb += [seg.una.eq(self.una), seg.tx_ok.eq(self.tx_ok),
+            m.d.comb += [seg.una.eq(self.una.as_value()[:24 * self._qps]),
+                         seg.tx_ok.eq(self.tx_ok[:self._qps]),
                          self.eligible.eq(spray.eligible),
                          self.retransmits.eq(seg.retransmits)]
         else:
             # No sender reliability: no retransmission requests, every message
             # released at once, windows always open, SentInfo tap ignored.
-            m.d.comb += [seg.retx.valid.eq(0), seg.una.eq(seg.next_psn), seg.tx_ok.eq(-1),
+            m.d.comb += [seg.retx.valid.eq(0), seg.una.eq(seg.next_psn),
+                         seg.tx_ok.eq(Const(-1, self._qps)),
                          seg.sent.ready.eq(1)]
         return m
