@@ -22,13 +22,15 @@ OCP MRC 1.0 EV format profiles (flow label / UDP source port) and EV probes,
 mrcnic wire format v1 (MRCSack, MRCProbe; docs/wire-format.md 11, 12).
 """
 
+import zlib
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import wire
 from .axis import AxiStreamSignature
-from .crc import CRC32_INIT, crc32_final, crc32_update
+from .crc import crc32_final, crc32_update
 from .layouts import (MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
                       RxQpContext)
 
@@ -38,15 +40,37 @@ ACK_FRAME_BYTES = 102   #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 4 AETH + 20 MRC
 PROBE_FRAME_BYTES = 90  #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 12 MRCProbe + 4 ICRC
 _BEATS = (ACK_FRAME_BYTES + 7) // 8                     # 13
 _PROBE_BEATS = (PROBE_FRAME_BYTES + 7) // 8             # 12
-# ICRC covers bytes 6..len-5.  Bytes 6..13 are constant in the ICRC view (pseudo
-# LRH 0xFF x 8); the constant head is folded in at the start, the rest goes in
-# 8-byte words, one per cycle:
-_CRC_FIRST = 10      # ACK: bytes 6..9 constant, words over bytes 10..97 (11 words)
-_CRC_WORDS = (ACK_FRAME_BYTES - 4 - _CRC_FIRST) // 8
-_PCRC_FIRST = 14     # probe: bytes 6..13 constant, words over bytes 14..85 (9 words)
-_PCRC_WORDS = (PROBE_FRAME_BYTES - 4 - _PCRC_FIRST) // 8
-assert _CRC_FIRST + 8 * _CRC_WORDS == ACK_FRAME_BYTES - 4
-assert _PCRC_FIRST + 8 * _PCRC_WORDS == PROBE_FRAME_BYTES - 4
+# ICRC (IBTA A17.3.3) covers bytes 6..len-5.  Bytes 6..21 are constant in the ICRC
+# view: folded into the initial CRC state (per kind: the IPv6 payload length differs).
+# Bytes 22..len-5 follow, 1 per cycle, taken from the beat mux: 76 cycles for an
+# ACK (to beat 12 byte 1), 64 for a probe (to beat 10 byte 5).
+_CRC_FIRST_BEAT = 2
+_CRC_END_BEAT = 12
+_PCRC_END_BEAT = 10
+assert ACK_FRAME_BYTES - 4 == 8 * _CRC_END_BEAT + 2
+assert PROBE_FRAME_BYTES - 4 == 8 * _PCRC_END_BEAT + 6
+
+
+def _or_tree(values):
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def _crc_state(data: bytes) -> int:
+    """CRC register (as :func:`crc32_update` keeps it) after ``data`` from CRC32_INIT."""
+    value = zlib.crc32(data) ^ 0xFFFFFFFF
+    return int(f"{value:032b}"[::-1], 2)
+
+
+def _view_head(frame_bytes: int) -> bytes:     # ICRC view of bytes 6..21
+    return (b"\xff" * 8 + bytes([0x6F, 0xFF, 0xFF, 0xFF])
+            + (frame_bytes - 54).to_bytes(2, "big") + bytes([17, 0xFF]))
+
+
+_CRC_INIT = _crc_state(_view_head(ACK_FRAME_BYTES))
+_PCRC_INIT = _crc_state(_view_head(PROBE_FRAME_BYTES))
 
 
 class ProbeFrameReq(data.Struct):
@@ -135,10 +159,15 @@ class AckGen(wiring.Component):
     dropped : Out(32)
         ACK and probe requests dropped (entry with an SRH or a bad port).
 
-    Latency and throughput: the first beat is valid the cycle after a
-    request is taken; one frame at a time, so a new request is taken the
-    cycle after the last beat's handshake (14 cycles per ACK, 13 per probe
-    with the sink always ready).  ``tvalid`` never waits on ``tready``.
+    Latency and throughput: the ICRC is computed first, one byte per cycle,
+    through the same beat multiplexer that later drives ``tdata`` (one
+    multiplexer and an 8-bit CRC step instead of a second word multiplexer and
+    a 64-bit one); the first beat is valid 77 cycles (ACK) / 65 cycles (probe)
+    after the request is taken, then the beats follow without a gap.  One
+    frame at a time, so a new request is taken the cycle after the last beat's
+    handshake (91 cycles per ACK, 78 per probe with the sink always ready;
+    an ACK lasts 126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never
+    waits on ``tready``.
     """
 
     def __init__(self, ports: int = 4, qps: int = MAX_QPS):
@@ -167,45 +196,70 @@ class AckGen(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        m.submodules.qp_table = qp_table = memory.Memory(shape=RxQpContext, depth=self.qps, init=[])
-        qp_wr = qp_table.write_port()
-        qp_rd = qp_table.read_port(domain="comb")
-        m.d.comb += [qp_wr.addr.eq(self.qp_w_addr), qp_wr.data.eq(self.qp_w_data),
-                     qp_wr.en.eq(self.qp_w_en & (self.qp_w_addr < self.qps))]
-
-        req = Signal(AckRequest)          # ACK fields (valid while an ACK is sent)
-        probe_id = Signal(16)             # probe fields (valid while a probe is sent)
-        probe_ts = Signal(32)
+        # QP table: the fields used (mode, peer QPN, peer uSID); registers for one or two
+        # QPs (a 2:1 mux is cheaper than distributed RAM), a memory beyond.
+        ctx_layout = data.StructLayout({"mode": EvMode, "peer_qpn": 24, "peer_usid": 16})
+        ctx_w = Signal(ctx_layout)
+        m.d.comb += [ctx_w.mode.eq(self.qp_w_data.mode), ctx_w.peer_qpn.eq(self.qp_w_data.peer_qpn),
+                     ctx_w.peer_usid.eq(self.qp_w_data.peer_usid)]
+        qp_we = self.qp_w_en & (self.qp_w_addr < self.qps)
         qp = Signal(3)                    # common: local QP and path entry of the frame
-        ent = Signal(PathEntry)
-        is_probe = Signal()               # kind of the frame being sent
-        last_ack = Signal()               # the last request taken was an ACK
-        busy = Signal()
-        beat = Signal(range(_BEATS))
-        crc = Signal(32)
-        crc_i = Signal(range(_CRC_WORDS + 1))
-        m.d.comb += qp_rd.addr.eq(qp)
-        ctx = qp_rd.data
-        g = self.globals
+        if self.qps <= 2:
+            regs = [Signal(ctx_layout, name=f"qp_ctx{i}") for i in range(self.qps)]
+            for i, r in enumerate(regs):
+                with m.If(qp_we & (self.qp_w_addr == i)):
+                    m.d.sync += r.eq(ctx_w)
+            ctx = regs[0] if self.qps == 1 else Array(regs)[qp[0]]
+        else:
+            m.submodules.qp_table = qp_table = memory.Memory(shape=ctx_layout, depth=self.qps,
+                                                             init=[])
+            qp_wr = qp_table.write_port()
+            qp_rd = qp_table.read_port(domain="comb")
+            m.d.comb += [qp_wr.addr.eq(self.qp_w_addr), qp_wr.data.eq(ctx_w), qp_wr.en.eq(qp_we),
+                         qp_rd.addr.eq(qp)]
+            ctx = qp_rd.data
 
-        # ---- the frame, as bytes (wire order) and its ICRC view -------------
+        req = Signal(AckRequest, reset_less=True)   # ACK fields (while an ACK is built)
+        probe_id = Signal(16, reset_less=True)      # probe fields (while a probe is built)
+        probe_ts = Signal(32, reset_less=True)
+        ent = Signal(PathEntry, reset_less=True)
+        is_probe = Signal()               # kind of the frame being built
+        last_ack = Signal()               # the last request taken was an ACK
+        busy = Signal()                   # a frame is being built (ICRC pass, then beats)
+        sending = Signal()                # ... and its beats are being sent
+        beat = Signal(4, reset_less=True)
+        half = Signal(3, reset_less=True)   # ICRC pass: byte of the beat
+        crc = Signal(32, reset_less=True)
+        g = self.globals
+        view = busy & ~sending            # the beat mux shows the ICRC view of the frame
+
+        # ---- the frame, as bytes (wire order), with the ICRC view's fields -----
+        # Bytes 6..21 are constant in the ICRC view (pseudo LRH, version/TC/flow
+        # label, payload length, next header, hop limit): folded into the initial
+        # CRC state.  Of the later bytes, the view differs in the DA (its arrival
+        # form), the UDP checksum and BTH byte 2 (ones): those bytes show the view
+        # while ``view`` is set.
         srv6 = ctx.mode == EvMode.SRV6
         udp = ctx.mode == EvMode.UDP
+        sv = view & srv6
         tc = Cat(Const(wire.ECN_ECT0, 2), g.dscp)
         fl = Mux(udp, 0, ent.ev[:20])
         sport = Cat(Mux(udp, ent.ev[:14], ent.ev[20:32]), Const(0b11, 2))
-        arrival_da = Mux(srv6, Cat(Const(0, 80), ctx.peer_usid, ent.da[96:128]), ent.da)
         ver_tc_fl = Cat(fl, tc, Const(6, 4))                    # 32 bits
         l3_len = Mux(is_probe, Const(PROBE_FRAME_BYTES - 54, 16),    # IPv6 payload = UDP length
                      Const(ACK_FRAME_BYTES - 54, 16))
         opcode = Mux(is_probe, wire.OP_PROBE, wire.OP_ACK)
-        psn = Mux(is_probe, 0, req.cum_psn)
+        psn = req.cum_psn                 # zeroed when a probe is taken
+        da = _be(ent.da, 16)
+        da = (da[:4] + [Mux(sv, b, d) for b, d in zip(_be(ctx.peer_usid, 2), da[4:6])]
+              + [Mux(sv, 0, d) for d in da[6:]])                 # SRV6 arrival: block|uSID|0
+        ones = [view.replicate(8)]
         head = (                                                 # bytes 0..73, both kinds
             _be(self.next_hop_mac[ent.port], 6) + _be(g.src_mac, 6) + _c(0x86DD, 2)
             + _be(ver_tc_fl, 4) + _be(l3_len, 2) + _c(17, 1) + _c(64, 1)
-            + _be(g.src_ip, 16) + _be(ent.da, 16)
-            + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _be(l3_len, 2) + _c(0, 2)
-            + _be(opcode, 1) + _c(0, 1) + _c(0xFFFF, 2) + _c(0, 1)
+            + _be(g.src_ip, 16) + da
+            + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _be(l3_len, 2) + ones * 2
+            + _be(opcode, 1) + _c(0, 1) + _c(0xFFFF, 2) + ones
             + _be(ctx.peer_qpn, 3) + _c(0, 1) + _be(psn, 3)
         )
         ack_frame = head + (
@@ -214,36 +268,12 @@ class AckGen(wiring.Component):
             + _be(req.bitmap, 8) + _be(req.ts, 4)
         )
         probe_frame = head + (
-            _be(ent.ev, 4) + _be(Cat(ent.port, Const(0, 5)), 1) + _c(0, 1) + _be(probe_id, 2) + _be(probe_ts, 4)
+            _be(ent.ev, 4) + _be(Cat(ent.port, Const(0, 5)), 1) + _c(0, 1) + _be(probe_id, 2)
+            + _be(probe_ts, 4)
         )
         assert len(ack_frame) == ACK_FRAME_BYTES - 4
         assert len(probe_frame) == PROBE_FRAME_BYTES - 4
 
-        def icrc_view(frame):
-            view = list(frame)
-            view[6:14] = _c(0xFFFFFFFFFFFFFFFF, 8)             # pseudo LRH
-            view[14:18] = _c(0x6FFFFFFF, 4)                     # version, TC, flow label
-            view[21] = Const(0xFF, 8)                           # hop limit
-            view[38:54] = _be(arrival_da, 16)                   # DA at arrival
-            view[60:62] = _c(0xFFFF, 2)                         # UDP checksum
-            view[66] = Const(0xFF, 8)                           # BTH FECN/BECN/resv6
-            return view
-
-        # ICRC: the constant head (bytes 6..9 for an ACK, 6..13 for a probe) is
-        # folded in when the request is taken, then one 8-byte word per cycle,
-        # independently of tready: done after 11 (ACK) / 9 (probe) cycles, before
-        # the first beat holding ICRC bytes (beat 12 / beat 10) can be presented.
-        ack_view, probe_view = icrc_view(ack_frame), icrc_view(probe_frame)
-        words = Array(
-            Mux(is_probe,
-                Cat(*probe_view[_PCRC_FIRST + 8 * k:_PCRC_FIRST + 8 * k + 8]) if k < _PCRC_WORDS else 0,
-                Cat(*ack_view[_CRC_FIRST + 8 * k:_CRC_FIRST + 8 * k + 8]))
-            for k in range(_CRC_WORDS))
-        word = Signal(64)
-        crc_n = Mux(is_probe, _PCRC_WORDS, _CRC_WORDS)
-        m.d.comb += word.eq(words[crc_i])
-        with m.If(busy & (crc_i != crc_n)):
-            m.d.sync += [crc.eq(crc32_update(crc, word, 8)), crc_i.eq(crc_i + 1)]
         icrc = crc32_final(crc)
         icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]     # ICRC little-endian
         pad_to = 8 * _BEATS
@@ -252,11 +282,25 @@ class AckGen(wiring.Component):
         probe_bytes = probe_frame + icrc_le
         probe_bytes += [Const(0, 8)] * (pad_to - len(probe_bytes))
         wire_bytes = [a if a is p else Mux(is_probe, p, a) for a, p in zip(ack_bytes, probe_bytes)]
-        beats = Array(Cat(*wire_bytes[8 * b:8 * b + 8]) for b in range(_BEATS))
+        # The beat mux as an AND-OR over a one-hot beat select (cheaper than a mux tree).
+        tdata = Signal(64)
+        m.d.comb += tdata.eq(_or_tree([Mux(beat == b, Cat(*wire_bytes[8 * b:8 * b + 8]), 0)
+                                       for b in range(_BEATS)]))
+
+        # ---- ICRC pass over the same beat mux: 1 byte per cycle --------------
+        # Byte `half` of beat `beat`, from byte 22 (beat 2 byte 6) to the last byte
+        # covered: ACK byte 97 (beat 12 byte 1), probe byte 85 (beat 10 byte 5).
+        crc_word = tdata.word_select(half, 8)
+        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT) & (half == 5),
+                       (beat == _CRC_END_BEAT) & (half == 1))
+        with m.If(view):
+            m.d.sync += [crc.eq(crc32_update(crc, crc_word, 1)), half.eq(half + 1)]
+            with m.If(half == 7):
+                m.d.sync += beat.eq(beat + 1)
+            with m.If(crc_last):
+                m.d.sync += [sending.eq(1), beat.eq(0)]
 
         # ---- output routing --------------------------------------------------
-        tdata = Signal(64)
-        m.d.comb += tdata.eq(beats[beat])
         out_ready = Signal()
         is_last = beat == Mux(is_probe, _PROBE_BEATS - 1, _BEATS - 1)
         last_keep = Mux(is_probe, (1 << (PROBE_FRAME_BYTES - 8 * (_PROBE_BEATS - 1))) - 1,
@@ -268,7 +312,7 @@ class AckGen(wiring.Component):
                 port.tdata.eq(tdata),
                 port.tkeep.eq(Mux(is_last, last_keep, 0xFF)),
                 port.tlast.eq(is_last),
-                port.tvalid.eq(busy & sel),
+                port.tvalid.eq(sending & sel),
             ]
             with m.If(sel):
                 m.d.comb += out_ready.eq(port.tready)
@@ -289,23 +333,22 @@ class AckGen(wiring.Component):
         m.d.comb += new_ent.eq(Mux(take_probe, self.probe.payload.entry, self.path.payload.entry))
         with m.If(take_ack | take_probe):
             m.d.sync += [ent.eq(new_ent), is_probe.eq(take_probe), last_ack.eq(take_ack),
-                         beat.eq(0), crc_i.eq(0)]
+                         beat.eq(_CRC_FIRST_BEAT), half.eq(6), sending.eq(0),
+                         crc.eq(Mux(take_probe, _PCRC_INIT, _CRC_INIT))]
             with m.If((new_ent.n_carriers > 1) | (new_ent.port >= self.ports)):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():
                 m.d.sync += busy.eq(1)
         with m.If(take_ack):
-            m.d.sync += [req.eq(self.req.payload), qp.eq(self.req.payload.qp),
-                         crc.eq(crc32_update(Const(CRC32_INIT, 32), Const(0xFFFFFFFF, 32), 4))]
+            m.d.sync += [req.eq(self.req.payload), qp.eq(self.req.payload.qp)]
         with m.If(take_probe):
             m.d.sync += [qp.eq(self.probe.payload.qp), probe_id.eq(self.probe.payload.probe_id),
-                         probe_ts.eq(self.probe.payload.ts),
-                         crc.eq(crc32_update(Const(CRC32_INIT, 32),
-                                             Const(0xFFFFFFFFFFFFFFFF, 64), 8))]
-        with m.If(busy & out_ready):
+                         req.cum_psn.eq(0),                       # BTH.PSN 0
+                         probe_ts.eq(self.probe.payload.ts)]
+        with m.If(sending & out_ready):
             m.d.sync += beat.eq(beat + 1)
             with m.If(is_last):
-                m.d.sync += busy.eq(0)
+                m.d.sync += [busy.eq(0), sending.eq(0)]
                 with m.If(is_probe):
                     m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
                 with m.Else():

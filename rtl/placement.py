@@ -15,7 +15,7 @@ answered on the B channel.
 Source: ARM IHI 0022E (AXI4: INCR bursts <= 256 beats, never crossing 4 KiB).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -26,6 +26,22 @@ from .layouts import Completion, PlaceCmd
 __all__ = ["Placement"]
 
 BURST_BOUNDARY = 2048   #: bursts split at 2 KiB: <= 256 beats of 8 bytes, never across 4 KiB
+
+
+def _realign(m, pair, shift, lane, name):
+    """Lanes 8..15 of the 16 lanes ``pair`` shifted up by ``shift`` (0..7) lanes.
+
+    A barrel shifter, largest step first, each stage only as wide as the output needs.
+    """
+    value, lo = pair, 0                     # value holds lanes lo..15 of the shifted pair
+    for k in (2, 1, 0):
+        step = 1 << k
+        new_lo = 8 - (step - 1)             # the smaller steps still to come reach down
+        stage = Signal((16 - new_lo) * lane, name=f"{name}_s{k}")
+        moved = value[(new_lo - step - lo) * lane:(16 - step - lo) * lane]
+        m.d.comb += stage.eq(Mux(shift[k], moved, value[(new_lo - lo) * lane:]))
+        value, lo = stage, new_lo
+    return value
 
 
 class Placement(wiring.Component):
@@ -65,7 +81,9 @@ class Placement(wiring.Component):
 
     Throughput: one W beat per clock; a packet whose bytes straddle one more
     8-byte word than its payload has beats (unaligned ``addr``) takes one
-    extra cycle.  Latency: AW is issued the cycle after ``cmd`` is accepted.
+    extra cycle.  Latency: AW is issued the cycle after ``cmd`` is accepted;
+    each W beat takes its payload beat in the same cycle (``tready`` follows
+    ``wready``), realigned by a barrel shifter over it and the previous beat.
     """
 
     def __init__(self, addr_width: int = 32, max_outstanding: int = 15):
@@ -89,44 +107,47 @@ class Placement(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         axi = self.m_axi
+        aw = self._addr_width
+        pl = self.payload
 
         # ---------------- command register ----------------
         busy = Signal()          # a command is being executed (AW and/or W side)
-        place = Signal()
-        addr = Signal(self._addr_width)
-        length = Signal(13)
-        aw_addr = Signal(self._addr_width)    # next burst address (8-byte aligned)
-        aw_left = Signal(10)                  # beats still to announce on AW
+        shift = Signal(3, reset_less=True)      # addr[2:0]: lane of the first byte
+        aw_lo = Signal(8, reset_less=True)      # next burst address, bits [3, 11) ...
+        addr_hi = Signal(aw - 11, reset_less=True)  # ... the command's bits [11, aw) ...
+        aw_cross = Signal(2)     # ... plus the 2 KiB boundaries crossed so far
+        aw_left = Signal(10, reset_less=True)   # beats still to announce on AW
         aw_done = Signal()
-        w_done = Signal()                     # every W beat sent and the frame drained
+        w_done = Signal()        # every W beat sent and the frame drained
 
         start = Signal()
         m.d.comb += start.eq(~busy & self.cmd.valid)
         m.d.comb += self.cmd.ready.eq(~busy)
 
-        first_beat_addr = self.cmd.payload.addr & ~Const(7, self._addr_width)
-        total_beats = (self.cmd.payload.addr[:3] + self.cmd.payload.length + 7) >> 3
+        c = self.cmd.payload
+        placing_cmd = c.place & (c.length != 0)
+        total_beats = (c.addr[:3] + c.length + 7) >> 3
 
         with m.If(start):
             m.d.sync += [
-                busy.eq(1), place.eq(self.cmd.payload.place),
-                addr.eq(self.cmd.payload.addr), length.eq(self.cmd.payload.length),
-                aw_addr.eq(first_beat_addr), aw_left.eq(total_beats),
-                aw_done.eq(~self.cmd.payload.place | (self.cmd.payload.length == 0)),
+                busy.eq(1), shift.eq(c.addr[:3]),
+                aw_lo.eq(c.addr[3:11]), addr_hi.eq(c.addr[11:]), aw_cross.eq(0),
+                aw_left.eq(total_beats),
+                aw_done.eq(~placing_cmd),
             ]
         with m.Elif(busy & aw_done & w_done):
             m.d.sync += busy.eq(0)
 
-        # ---------------- AW channel ----------------
+        # ---------------- AW channel: INCR bursts, split at 2 KiB ----------------
         outstanding = Signal(range(self._max_outstanding + 1))
-        to_boundary = Signal(10)                                      # beats to the 2 KiB edge
-        m.d.comb += to_boundary.eq((BURST_BOUNDARY - aw_addr[:11])[3:])
-        burst = Signal(10)
-        m.d.comb += burst.eq(Mux(aw_left < to_boundary, aw_left, to_boundary))
+        to_boundary = Signal(9)                                       # beats to the 2 KiB edge
+        m.d.comb += to_boundary.eq(256 - aw_lo)
+        last_burst = aw_left <= to_boundary
+        burst = Mux(last_burst, aw_left, to_boundary)
         can_issue = busy & ~aw_done & (outstanding < self._max_outstanding)
         m.d.comb += [
             axi.awvalid.eq(can_issue),
-            axi.awaddr.eq(aw_addr),
+            axi.awaddr.eq(Cat(Const(0, 3), aw_lo, addr_hi + aw_cross)),
             axi.awlen.eq(burst - 1),
             axi.awsize.eq(3),
             axi.awburst.eq(0b01),
@@ -135,9 +156,11 @@ class Placement(wiring.Component):
         aw_fire = Signal()
         m.d.comb += aw_fire.eq(axi.awvalid & axi.awready)
         with m.If(aw_fire):
-            m.d.sync += [aw_addr.eq(aw_addr + (burst << 3)), aw_left.eq(aw_left - burst)]
-            with m.If(aw_left == burst):
+            with m.If(last_burst):
                 m.d.sync += aw_done.eq(1)
+            with m.Else():
+                m.d.sync += [aw_left.eq(aw_left - to_boundary), aw_lo.eq(0),
+                             aw_cross.eq(aw_cross + 1)]
 
         b_fire = Signal()
         m.d.comb += [axi.bready.eq(1), b_fire.eq(axi.bvalid)]
@@ -149,84 +172,70 @@ class Placement(wiring.Component):
             m.d.sync += self.write_errors.eq(self.write_errors + 1)
 
         # ---------------- W channel: realign payload to addr[2:0] ----------------
-        # Payload bytes collect in an accumulator (up to 16 bytes); each W beat
-        # takes the bytes its lanes need from the front.  Byte k of the packet
-        # lands in lane (addr + k) % 8.
-        pl = self.payload
-        acc = Signal(128)
-        acc_n = Signal(5)
+        # Byte k of the packet lands in lane (addr + k) % 8: W beat j is input beat j
+        # shifted up by `shift` lanes, its low lanes filled from input beat j-1
+        # (`hold`).  Byte strobes travel through the same shifter with the data: the
+        # input's tkeep, cut at the command's length, so a short frame leaves its
+        # missing bytes' strobes off and a long one never writes past `length`.
         in_done = Signal()                    # tlast consumed
-        beats_left = Signal(10)               # W beats still to send
-        beat_addr = Signal(self._addr_width)
-        first = Signal()                      # next W beat is the first of the command
-        remaining = Signal(13)                # payload bytes still to write
+        beats_left = Signal(10, reset_less=True)  # W beats still to send
+        beat_lo = Signal(8, reset_less=True)      # W beat address [3, 11) (wlast at 2 KiB)
+        in_left = Signal(13, reset_less=True)     # command bytes not yet taken from the input
+        hold = Signal(64, reset_less=True)
+        hold_keep = Signal(8)
         short = Signal()                      # the frame ended before `length` bytes
 
-        in_bytes = Signal(4)
-        with m.Switch(pl.tkeep):
-            for n in range(9):
-                with m.Case((1 << n) - 1):
-                    m.d.comb += in_bytes.eq(n)
+        cut = Signal(8)                       # lanes of this input beat inside the command
+        with m.Switch(in_left):
+            for n in range(8):
+                with m.Case(n):
+                    m.d.comb += cut.eq((1 << n) - 1)
             with m.Default():
-                m.d.comb += in_bytes.eq(8)
+                m.d.comb += cut.eq(0xFF)
+        need_in = ~in_done & (in_left != 0)   # this W beat takes an input beat
+        in_keep = Mux(need_in, pl.tkeep & cut, 0)
 
-        lane0 = Signal(3)
-        m.d.comb += lane0.eq(Mux(first, addr[:3], 0))
-        room = Signal(4)
-        m.d.comb += room.eq(8 - lane0)
-        need = Signal(4)                      # bytes this beat carries
-        m.d.comb += need.eq(Mux(remaining < room, remaining, room))
-        have = Signal(4)                      # bytes actually available for it
-        m.d.comb += have.eq(Mux(acc_n < need, acc_n, need))
-
-        placing = busy & place & (beats_left != 0)
-        beat_ok = Signal()
-        m.d.comb += beat_ok.eq(placing & ((acc_n >= need) | in_done))
+        placing = busy & (beats_left != 0)
         m.d.comb += [
-            axi.wvalid.eq(beat_ok),
-            axi.wdata.eq((acc << (lane0 * 8))[:64]),
-            axi.wstrb.eq((((1 << have) - 1) << lane0)[:8]),
-            axi.wlast.eq(((beat_addr + 8)[:11] == 0) | (beats_left == 1)),
+            axi.wvalid.eq(placing & (pl.tvalid | ~need_in)),
+            axi.wdata.eq(_realign(m, Cat(hold, pl.tdata), shift, 8, "wdata")),
+            axi.wstrb.eq(_realign(m, Cat(hold_keep, in_keep), shift, 1, "wstrb")),
+            axi.wlast.eq((beat_lo == 0xFF) | (beats_left == 1)),
         ]
         w_fire = Signal()
         m.d.comb += w_fire.eq(axi.wvalid & axi.wready)
-        used = Signal(5)
-        m.d.comb += used.eq(Mux(w_fire, have, 0))
-        new_n = Signal(5)                     # accumulator bytes after this beat
-        m.d.comb += new_n.eq(acc_n - used)
 
-        # Take input while there is space, or drain it once nothing more is placed.
-        drain = busy & ~in_done & (~place | (beats_left == 0))
-        space = new_n <= 8
-        m.d.comb += pl.tready.eq(drain | (placing & ~in_done & space))
+        # Take input with each W beat that needs one; drain it once nothing more is placed.
+        drain = busy & ~in_done & ~placing
+        m.d.comb += pl.tready.eq(drain | (placing & need_in & axi.wready))
         consumed = Signal()
         m.d.comb += consumed.eq(pl.tvalid & pl.tready)
-        keep_in = consumed & placing
 
-        shifted = Signal(128)
-        m.d.comb += shifted.eq(acc >> (used * 8))
+        n_strb = Signal(4)
+        m.d.comb += n_strb.eq(sum(axi.wstrb[i] for i in range(8)))
+        n_keep = Signal(4)
+        m.d.comb += n_keep.eq(sum(pl.tkeep[i] for i in range(8)))
+
         with m.If(start):
             m.d.sync += [
-                acc.eq(0), acc_n.eq(0), in_done.eq(0), first.eq(1), short.eq(0),
-                beats_left.eq(Mux(self.cmd.payload.place, total_beats, 0)),
-                beat_addr.eq(first_beat_addr), remaining.eq(self.cmd.payload.length),
+                in_done.eq(0), short.eq(0), hold_keep.eq(0),
+                beats_left.eq(Mux(placing_cmd, total_beats, 0)),
+                beat_lo.eq(c.addr[3:11]), in_left.eq(Mux(placing_cmd, c.length, 0)),
             ]
         with m.Else():
-            with m.If(keep_in):
-                m.d.sync += [acc.eq(shifted | (pl.tdata << (new_n * 8))),
-                             acc_n.eq(new_n + in_bytes)]
-            with m.Else():
-                m.d.sync += [acc.eq(shifted), acc_n.eq(new_n)]
             with m.If(consumed & pl.tlast):
                 m.d.sync += in_done.eq(1)
             with m.If(w_fire):
                 m.d.sync += [
-                    beats_left.eq(beats_left - 1), beat_addr.eq(beat_addr + 8),
-                    first.eq(0), remaining.eq(remaining - need),
-                    self.bytes_written.eq(self.bytes_written + have),
+                    beats_left.eq(beats_left - 1), beat_lo.eq(beat_lo + 1),
+                    hold.eq(pl.tdata), hold_keep.eq(in_keep),
+                    self.bytes_written.eq(self.bytes_written + n_strb),
                 ]
-                with m.If((have != need) & ~short):
-                    m.d.sync += [short.eq(1), self.short_frames.eq(self.short_frames + 1)]
+                with m.If(need_in):
+                    m.d.sync += in_left.eq(Mux(in_left > 8, in_left - 8, 0))
+            # The frame ends before `length` bytes: counted once.
+            with m.If(placing & consumed & pl.tlast & (n_keep < in_left) & ~short):
+                m.d.sync += [short.eq(1), self.short_frames.eq(self.short_frames + 1)]
         m.d.comb += w_done.eq((beats_left == 0) & (in_done | (consumed & pl.tlast)))
 
         # ---------------- completion fence ----------------

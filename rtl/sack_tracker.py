@@ -16,7 +16,7 @@ NACK, EV probes), mrcnic wire format v1 (``mrcnic.wire.MRCSack``).
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
+from amaranth.utils import ceil_log2, exact_log2
 
 from mrcnic import wire
 from .layouts import (MAX_QPS, AckRequest, Completion, PlaceCmd, RxKind, RxPacket,
@@ -25,6 +25,22 @@ from .layouts import (MAX_QPS, AckRequest, Completion, PlaceCmd, RxKind, RxPacke
 __all__ = ["SackTracker"]
 
 _PSN_MASK = (1 << 24) - 1
+_WLOG = 4                   #: bitmap words are 2**_WLOG = 16 PSNs
+_W = 1 << _WLOG
+_ACK_READS = 64 // _W + 1    #: bitmap words read per ACK (64 bits from any offset)
+_ACK_LEAD = _ACK_READS       #: cycles a timer ACK is started before its timer expires
+
+
+def _window(m, pair, shift):
+    """Bits ``shift`` .. ``shift`` + 15 of the 32-bit ``pair``: a barrel shifter, largest
+    step first, each stage only as wide as the later stages need."""
+    value = pair
+    for k in reversed(range(_WLOG)):
+        step = 1 << k
+        stage = Signal(_W + step - 1, name=f"window_s{k}")  # bits the smaller steps reach
+        m.d.comb += stage.eq(Mux(shift[k], value[step:], value[:len(stage)]))
+        value = stage
+    return value
 
 
 class SackTracker(wiring.Component):
@@ -32,7 +48,7 @@ class SackTracker(wiring.Component):
 
     Each QP keeps its expected PSN ``ePSN`` (cumulative ACK point + 1) and a
     bitmap of ``window`` PSNs starting at ``ePSN`` (a ring indexed by
-    PSN mod ``window``, kept in a memory of 64-bit words), plus, per PSN slot,
+    PSN mod ``window``, kept in a memory of 16-bit words), plus, per PSN slot,
     the last-of-message flag (BTH AckReq) and the immediate data of a
     Write-with-Immediate.  PSN arithmetic is modulo 2**24.  With
     ``off = (PSN - ePSN) mod 2**24``:
@@ -95,7 +111,7 @@ class SackTracker(wiring.Component):
         One per completed message.
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(RxQpContext)
         QP context write port: sets the QP's ``ePSN`` to ``start_psn``, clears
-        its bitmap (``window``/64 cycles), MSN, ACK count and timer.  Write a
+        its bitmap (``window``/16 cycles), MSN, ACK count and timer.  Write a
         QP's context only while no packet of it is in flight.
     ack_every : In(8)
         Coalescing count ``N`` (packets).
@@ -105,15 +121,20 @@ class SackTracker(wiring.Component):
         Event counters (wrap around).
 
     Latency and throughput: a packet is taken when the tracker is idle or in
-    the cycle it finishes the previous one; its PlaceCmd / NACK is
-    registered one cycle later.  A packet that triggers no ACK and slides
-    ``ePSN`` by at most one (or not at all) takes 1 cycle, unless ePSN
-    crosses a 64-PSN word boundary (+1); an ACK or probe reply costs 1 more
-    cycle, each extra PSN passed by the slide 1 more (measured: 1.1 cycles
-    per packet in order with ``ack_every`` = 8, 1.4 for a shuffled
-    64-packet message).  ``pkt.ready`` is low while busy, while a QP's bitmap
-    is cleared and while a timer ACK is being built.  Output streams are
-    registered; the tracker stalls (never drops) while an output is full.
+    the cycle it finishes the previous one; its PlaceCmd is registered one
+    cycle later.  One QP is worked on at a time, so the per-QP arithmetic
+    (PSN offset, ePSN +/- 1, MSN + 1) exists once.  A packet that triggers no
+    ACK and slides ``ePSN`` by at most one (or not at all) takes 1 cycle,
+    unless ePSN reaches the end of a 16-PSN word (+1); the last PSN of a
+    message arriving in order +2; each extra PSN passed by the slide +1; an
+    ACK, NACK or probe reply +5 (its 64-bit bitmap is read 16 bits per cycle
+    from the bitmap memory into the output register).  Measured: 1.6 cycles
+    per packet in order with ``ack_every`` = 8, 1.8 for a shuffled 64-packet
+    message; the board's datapath has at least 8 cycles per packet.  A timer
+    ACK is started 5 cycles before its timer expires, so it leaves about
+    ``T`` cycles after arming.  ``pkt.ready`` is low while busy, while a QP's
+    bitmap is cleared and while a timer ACK is being built.  Output streams
+    are registered; the tracker stalls (never drops) while an output is full.
     """
 
     def __init__(self, qps: int = 8, window: int = 256):
@@ -143,64 +164,139 @@ class SackTracker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         qps, window = self.qps, self.window
-        nwords = window // 64
         wbits = exact_log2(window)
+        nwords = window >> _WLOG                  # bitmap words per QP
+        qbits = ceil_log2(qps)
 
-        # ---- per-QP state --------------------------------------------------
-        epsn = Array(Signal(24, name=f"epsn{i}") for i in range(qps))
-        qvalid = Array(Signal(name=f"qvalid{i}") for i in range(qps))
-        msn = Array(Signal(24, name=f"msn{i}") for i in range(qps))
-        unacked = Array(Signal(8, name=f"unacked{i}") for i in range(qps))
-        armed = Array(Signal(name=f"armed{i}") for i in range(qps))
-        timer = Array(Signal(16, name=f"timer{i}") for i in range(qps))
-        clr_pend = Array(Signal(name=f"clr_pend{i}") for i in range(qps))
-        last_ev = Array(Signal(32, name=f"last_ev{i}") for i in range(qps))
-        last_port = Array(Signal(3, name=f"last_port{i}") for i in range(qps))
+        q = Signal(3)                   # QP being worked on
+        # Per-QP state is read and written for QP q only (one QP's arithmetic, shared).
+        # Every write is guarded by qp_ok (q < qps), so q's low bits select the QP.
+        qi = q[:qbits] if qps & (qps - 1) == 0 else q
+
+        def per_qp(width, name, **kw):
+            return [Signal(width, name=f"{name}{i}", **kw) for i in range(qps)]
+
+        def sel(regs, index=None):
+            return regs[0] if qps == 1 else Array(regs)[qi if index is None else index]
+
+        # (ePSN, MSN and the count are set by the QP write before the QP is valid.)
+        epsn = per_qp(24, "epsn", reset_less=True)
+        qvalid = per_qp(1, "qvalid")
+        msn = per_qp(24, "msn", reset_less=True)
+        unacked = per_qp(8, "unacked", reset_less=True)
+        armed = per_qp(1, "armed")
+        expired = per_qp(1, "expired")
+        deadline = per_qp(16, "deadline", reset_less=True)
+        clr_pend = per_qp(1, "clr_pend")
+        last_ev = per_qp(32, "last_ev", reset_less=True)
+        last_port = per_qp(3, "last_port", reset_less=True)
 
         # ---- memories: bitmap words and per-PSN message flags -------------
-        m.submodules.bitmap = bitmap = memory.Memory(shape=64, depth=qps * nwords, init=[])
+        m.submodules.bitmap = bitmap = memory.Memory(shape=_W, depth=qps * nwords, init=[])
         bm_w = bitmap.write_port()
-        bm_a = bitmap.read_port(transparent_for=(bm_w,))    # word of PSN / ePSN
-        bm_b = bitmap.read_port(transparent_for=(bm_w,))    # word of ePSN + 64
+        bm_r = bitmap.read_port(transparent_for=(bm_w,))
         flag_layout = data.StructLayout({"last": 1, "has_imm": 1, "imm": 32})
         m.submodules.flags = flags = memory.Memory(shape=flag_layout, depth=qps * window, init=[])
         fl_w = flags.write_port()
-        fl_r = flags.read_port(transparent_for=(fl_w,))
+        fl_r = flags.read_port()
 
-        def word_addr(qp, psn):
-            word = psn[6:wbits] if nwords > 1 else Const(0, 1)
-            return qp * nwords + word
+        def word_addr(qp, lo):          # lo: PSN bits [0, wbits) (or a word index << _WLOG)
+            return Cat(lo[_WLOG:wbits], qp[:qbits])
 
-        def slot_addr(qp, psn):
-            return qp * window + psn[:wbits]
+        def slot_addr(qp, lo):
+            return Cat(lo[:wbits], qp[:qbits])
 
-        def one_hot(psn):       # the PSN's bit in its bitmap word
-            return Const(1, 64) << psn[:6]
+        def one_hot(psn):               # the PSN's bit in its bitmap word
+            return Const(1, _W) << psn[:_WLOG]
 
         rd_qp = Signal(3)
-        rd_psn = Signal(24)
-        rd_psn_b = Signal(24)
+        rd_lo = Signal(wbits)           # PSN (low bits) whose word / flags slot is read
         m.d.comb += [
-            rd_psn_b.eq(rd_psn + 64),
-            bm_a.addr.eq(word_addr(rd_qp, rd_psn)),
-            bm_b.addr.eq(word_addr(rd_qp, rd_psn_b)),
-            fl_r.addr.eq(slot_addr(rd_qp, rd_psn)),
+            rd_qp.eq(q),
+            bm_r.addr.eq(word_addr(rd_qp, rd_lo)),
+            fl_r.addr.eq(slot_addr(rd_qp, rd_lo)),
         ]
+        word = bm_r.data                # bitmap word of the PSN presented last cycle
+        flag_e = fl_r.data
 
-        # ---- output stream registers ----------------------------------------
+        # ---- control strobes (set by the FSM) and the registers they load ----
+        take = Signal()                 # a packet is taken: cur, q
+        e_we = Signal()                 # ePSN of q <- e + 1
+        cpl_we = Signal()               # completion of PSN e (flags from memory)
+        place_we = Signal()
+        ack_we = Signal()               # the ACK being built is complete
+        seen_we = Signal()              # data packet new or duplicate: last EV/port of q
+        new_we = Signal()               # new data packet: count it, arm the timer
+        clr_done = Signal()             # the bitmap of QP q is cleared
+        cnt = {name: Signal(name=f"cnt_{name}") for name in
+               ("accepted", "duplicates", "out_of_window", "nacks")}
+
+        # ---- output stream registers (payloads without reset: never seen while invalid) --
+        place_pl = Signal(PlaceCmd, reset_less=True)
+        ack_pl = Signal(AckRequest, reset_less=True)
+        cpl_pl = Signal(Completion, reset_less=True)
+        m.d.comb += [self.place.payload.eq(place_pl), self.ack.payload.eq(ack_pl),
+                     self.cpl.payload.eq(cpl_pl)]
         for port in (self.place, self.ack, self.cpl):
             with m.If(port.ready):
                 m.d.sync += port.valid.eq(0)
         place_free = ~self.place.valid | self.place.ready
-        ack_free = ~self.ack.valid | self.ack.ready
         cpl_free = ~self.cpl.valid | self.cpl.ready
 
-        # ---- ACK coalescing timers ------------------------------------------
+        # ---- packet / ACK context registers -------------------------------
+        cur = Signal(RxPacket, reset_less=True)
+        ack_need = Signal()
+        ack_probe = Signal()            # the ACK being built is a probe reply
+        ack_nack = Signal()             # ... a trim NACK
+        ack_timer = Signal()            # ... a timer ACK (ev/port of the QP's last data packet)
+        ack_flags = Signal(8)
+        clr_word = Signal(range(nwords + 1))
+        j = Signal(range(_ACK_READS + 1))   # ACK build: bitmap words read so far
+        prev = Signal(_W, reset_less=True)
+
+        with m.If(take):
+            m.d.sync += [cur.eq(self.pkt.payload), q.eq(self.pkt.payload.qp), ack_timer.eq(0)]
+
+        # One QP's arithmetic, shared by every state: e = ePSN of QP q.
+        e = sel(epsn)
+        e_dec = Signal()                # e_pm = e - 1 (ACK) / e + 1 (slide)
+        e_pm = Signal(24)
+        m.d.comb += e_pm.eq(e + Cat(Const(1, 1), e_dec.replicate(23)))
+        off = Signal(24)
+        m.d.comb += off.eq(cur.psn - e)
+        qp_ok = Signal()
+        m.d.comb += qp_ok.eq((q < qps) & sel(qvalid))
+        in_win = off < window
+        behind = off[23]
+        bit_cur = word.bit_select(cur.psn[:_WLOG], 1)
+        is_new = Signal()
+        is_dup = Signal()
+        m.d.comb += [
+            is_new.eq(qp_ok & in_win & ~bit_cur),
+            is_dup.eq(qp_ok & (behind | (in_win & bit_cur))),
+        ]
+        at_e = off == 0
+        n_unacked = Signal(9)
+        m.d.comb += n_unacked.eq(sel(unacked) + 1)
+        bit_e = word.bit_select(e[:_WLOG], 1)
+        msn_q = sel(msn)
+        msn_inc = Signal(24)
+        m.d.comb += msn_inc.eq(msn_q + 1)
+
+        # ---- ACK coalescing timers: one free-running clock, a deadline per QP --
+        now = Signal(16)
+        m.d.sync += now.eq(now + 1)
+        # The timer ACK is started _ACK_LEAD cycles early: it leaves T cycles after arming.
+        t_lead = Signal(17)
+        m.d.comb += t_lead.eq(self.ack_timeout - _ACK_LEAD)
+        dl_new = Signal(16)
+        m.d.comb += dl_new.eq(now + t_lead[:16])
+        arm = new_we & ~sel(armed) & (self.ack_timeout != 0)
         timeout = Signal(qps)
         for i in range(qps):
-            with m.If(armed[i] & (timer[i] != 0)):
-                m.d.sync += timer[i].eq(timer[i] - 1)
-            m.d.comb += timeout[i].eq(armed[i] & (timer[i] == 0))
+            m.d.comb += timeout[i].eq(armed[i] & expired[i])
+            with m.If(armed[i] & (now == deadline[i])):
+                m.d.sync += expired[i].eq(1)
         to_qp = Signal(3)
         for i in reversed(range(qps)):
             with m.If(timeout[i]):
@@ -211,48 +307,10 @@ class SackTracker(wiring.Component):
             with m.If(clr_pend[i]):
                 m.d.comb += [clr_any.eq(1), clr_qp.eq(i)]
 
-        # ---- packet / ACK context registers -------------------------------
-        cur = Signal(RxPacket)
-        q = Signal(3)                  # QP being worked on
-        ack_need = Signal()
-        ack_probe = Signal()
-        ack_flags = Signal(8)
-        ack_ev = Signal(32)
-        ack_port = Signal(3)
-        ack_ts = Signal(32)
-        clr_word = Signal(range(nwords + 1))
-
-        def count(counter):
-            m.d.sync += counter.eq(counter + 1)
-
-        e_cur = epsn[cur.qp]
-        off = Signal(24)
-        m.d.comb += off.eq(cur.psn - e_cur)
-        qp_ok = (cur.qp < qps) & qvalid[cur.qp]
-        in_win = off < window
-        behind = off[23]
-        bit_cur = bm_a.data.bit_select(cur.psn[:6], 1)
-        is_new = Signal()
-        is_dup = Signal()
-        m.d.comb += [
-            is_new.eq(qp_ok & in_win & ~bit_cur),
-            is_dup.eq(qp_ok & (behind | (in_win & bit_cur))),
-        ]
-        at_e = off == 0
-        n_unacked = Signal(9)
-        m.d.comb += n_unacked.eq(unacked[cur.qp] + 1)
-
-        e_q = epsn[q]
-        bit_e = bm_a.data.bit_select(e_q[:6], 1)
-        window_bits = Signal(64)
-        m.d.comb += window_bits.eq(Cat(bm_a.data, bm_b.data) >> e_q[:6])
-        flag_e = fl_r.data
-
         def take_packet():
-            m.d.comb += [self.pkt.ready.eq(1),
-                         rd_qp.eq(self.pkt.payload.qp), rd_psn.eq(self.pkt.payload.psn)]
+            m.d.comb += [self.pkt.ready.eq(1), take.eq(self.pkt.valid),
+                         rd_qp.eq(self.pkt.payload.qp), rd_lo.eq(self.pkt.payload.psn)]
             with m.If(self.pkt.valid):
-                m.d.sync += [cur.eq(self.pkt.payload), q.eq(self.pkt.payload.qp)]
                 m.next = "CHECK"
 
         def finish():
@@ -261,167 +319,185 @@ class SackTracker(wiring.Component):
             with m.If(~clr_any & ~timeout.any()):
                 take_packet()
 
+        def start_ack(lo):
+            # Build an ACK next; read its first bitmap word now when the output is free.
+            m.next = "ACK"
+            m.d.comb += rd_lo.eq(lo)
+            m.d.sync += j.eq(~self.ack.valid)
+
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(clr_any):
                     m.d.sync += [q.eq(clr_qp), clr_word.eq(0)]
                     m.next = "CLEAR"
                 with m.Elif(timeout.any()):
-                    m.d.comb += [rd_qp.eq(to_qp), rd_psn.eq(epsn[to_qp])]
-                    m.d.sync += [q.eq(to_qp), ack_need.eq(1), ack_probe.eq(0), ack_flags.eq(0),
-                                 ack_ev.eq(last_ev[to_qp]), ack_port.eq(last_port[to_qp]),
-                                 ack_ts.eq(0)]
-                    m.next = "ADVANCE"
+                    m.d.sync += [q.eq(to_qp), ack_timer.eq(1), ack_probe.eq(0), ack_nack.eq(0),
+                                 ack_flags.eq(0), j.eq(0)]
+                    m.next = "ACK"
                 with m.Else():
                     take_packet()
 
             with m.State("CHECK"):
-                m.d.comb += [rd_qp.eq(cur.qp), rd_psn.eq(cur.psn)]   # hold while stalled
-                m.d.sync += [ack_ev.eq(cur.ev), ack_port.eq(cur.port), ack_ts.eq(0),
-                             ack_probe.eq(0)]
+                m.d.comb += rd_lo.eq(cur.psn)                     # hold while stalled
+                m.d.sync += [ack_probe.eq(0), ack_nack.eq(0)]
                 with m.If(cur.kind == RxKind.DATA):
                     with m.If(cur.trimmed):
                         with m.If(~qp_ok):
-                            count(self.out_of_window)
+                            m.d.comb += cnt["out_of_window"].eq(1)
                             finish()
-                        with m.Elif(ack_free):
-                            m.d.sync += [
-                                self.ack.valid.eq(1),
-                                self.ack.payload.qp.eq(cur.qp),
-                                self.ack.payload.port.eq(cur.port),
-                                self.ack.payload.ev.eq(cur.ev),
-                                self.ack.payload.cum_psn.eq(e_cur - 1),
-                                self.ack.payload.syndrome.eq(wire.AETH_NAK_PSN),
-                                self.ack.payload.msn.eq(msn[cur.qp]),
-                                self.ack.payload.flags.eq(wire.SACK_TRIM_NACK),
-                                self.ack.payload.base_psn.eq(cur.psn),
-                                self.ack.payload.bitmap.eq(0),
-                                self.ack.payload.ts.eq(0),
-                            ]
-                            count(self.nacks)
-                            finish()
-                    with m.Elif(place_free & (cpl_free | ~(is_new & at_e & cur.last))):
-                        m.d.sync += [
-                            self.place.valid.eq(1),
-                            self.place.payload.place.eq(is_new),
-                            self.place.payload.addr.eq(cur.addr),
-                            self.place.payload.length.eq(cur.length),
-                        ]
-                        m.d.comb += rd_psn.eq(e_cur)
+                        with m.Else():
+                            m.d.sync += [ack_nack.eq(1), ack_flags.eq(wire.SACK_TRIM_NACK)]
+                            start_ack(e)
+                    with m.Elif(place_free):
+                        m.d.comb += [place_we.eq(1), seen_we.eq(is_new | is_dup)]
                         trig = Signal()
                         ce = Signal()
                         m.d.comb += ce.eq(cur.ecn_ce & (is_new | is_dup))
                         m.d.sync += ack_flags.eq(Mux(ce, wire.SACK_ECN_ECHO, 0))
-                        with m.If(is_new | is_dup):
-                            m.d.sync += [last_ev[cur.qp].eq(cur.ev),
-                                         last_port[cur.qp].eq(cur.port)]
                         with m.If(is_new):
-                            count(self.accepted)
-                            m.d.sync += unacked[cur.qp].eq(n_unacked)
+                            m.d.comb += [cnt["accepted"].eq(1), new_we.eq(1)]
                             with m.If(n_unacked >= self.ack_every):
                                 m.d.comb += trig.eq(1)
-                            with m.If(~armed[cur.qp] & (self.ack_timeout != 0)):
-                                m.d.sync += [armed[cur.qp].eq(1),
-                                             timer[cur.qp].eq(self.ack_timeout)]
-                            with m.If(at_e):
-                                m.d.comb += rd_psn.eq(cur.psn + 1)
-                                m.d.sync += epsn[cur.qp].eq(cur.psn + 1)
-                                with m.If(cur.last):
-                                    m.d.comb += trig.eq(1)
-                                    m.d.sync += [
-                                        self.cpl.valid.eq(1),
-                                        self.cpl.payload.qp.eq(cur.qp),
-                                        self.cpl.payload.psn.eq(cur.psn),
-                                        self.cpl.payload.has_imm.eq(cur.has_imm),
-                                        self.cpl.payload.imm.eq(cur.imm),
-                                        msn[cur.qp].eq(msn[cur.qp] + 1),
-                                    ]
-                                    count(self.completions)
-                            with m.Else():
-                                m.d.comb += [bm_w.addr.eq(word_addr(cur.qp, cur.psn)),
-                                             bm_w.data.eq(bm_a.data | one_hot(cur.psn)),
-                                             bm_w.en.eq(-1),
-                                             fl_w.addr.eq(slot_addr(cur.qp, cur.psn)),
-                                             fl_w.data.eq(Cat(cur.last, cur.has_imm, cur.imm)),
+                            with m.If(at_e & ~cur.last):
+                                m.d.comb += e_we.eq(1)
+                            with m.Else():      # (the last PSN of a message completes in ADVANCE)
+                                m.d.comb += [bm_w.addr.eq(word_addr(q, cur.psn)),
+                                             bm_w.data.eq(word | one_hot(cur.psn)),
+                                             bm_w.en.eq(1),
                                              fl_w.en.eq(1)]
                         with m.Elif(is_dup):
-                            count(self.duplicates)
-                            m.d.comb += trig.eq(1)
+                            m.d.comb += [cnt["duplicates"].eq(1), trig.eq(1)]
                         with m.Else():
-                            count(self.out_of_window)
+                            m.d.comb += cnt["out_of_window"].eq(1)
                         m.d.sync += ack_need.eq(trig | ce)
-                        # In order and the next PSN not yet here: nothing to slide.
-                        next_set = (cur.psn[:6] == 63) | bm_a.data.bit_select(cur.psn[:6] + 1, 1)
-                        with m.If((is_new & at_e & next_set) | trig | ce):
+                        # In order and the next PSN may be here already: slide.  (A PSN at
+                        # the end of its word always goes to ADVANCE, which reads the next.)
+                        next_set = Cat(word[1:], Const(1, 1)).bit_select(cur.psn[:_WLOG], 1)
+                        with m.If(is_new & at_e & cur.last):
+                            m.next = "REREAD"
+                        with m.Elif(is_new & at_e & next_set):
+                            m.d.comb += rd_lo.eq(e_pm)
                             m.next = "ADVANCE"
+                        with m.Elif(trig | ce):
+                            start_ack(Mux(is_new & at_e, e_pm, e))
                         with m.Else():
                             finish()
                 with m.Elif((cur.kind == RxKind.PROBE) & qp_ok):
-                    m.d.comb += rd_psn.eq(e_cur)
-                    m.d.sync += [ack_need.eq(1), ack_probe.eq(1),
-                                 ack_flags.eq(wire.SACK_PROBE_REPLY), ack_ts.eq(cur.ts)]
-                    m.next = "ADVANCE"
+                    m.d.sync += [ack_probe.eq(1), ack_flags.eq(wire.SACK_PROBE_REPLY)]
+                    start_ack(e)
                 with m.Else():
                     finish()
 
+            with m.State("REREAD"):
+                m.d.comb += rd_lo.eq(e)         # the word and flags just written
+                m.next = "ADVANCE"
+
             with m.State("ADVANCE"):
-                m.d.comb += [rd_qp.eq(q), rd_psn.eq(e_q)]
+                # word / flag_e are those of PSN e of QP q (read last cycle).
+                m.d.comb += rd_lo.eq(e)
                 with m.If(bit_e):
                     with m.If(cpl_free | ~flag_e.last):
-                        m.d.comb += [rd_psn.eq(e_q + 1),
-                                     bm_w.addr.eq(word_addr(q, e_q)),
-                                     bm_w.data.eq(bm_a.data & ~one_hot(e_q)),
-                                     bm_w.en.eq(-1)]
-                        m.d.sync += epsn[q].eq(e_q + 1)
+                        m.d.comb += [rd_lo.eq(e_pm),
+                                     bm_w.addr.eq(word_addr(q, e)),
+                                     bm_w.data.eq(word & ~one_hot(e)),
+                                     bm_w.en.eq(1),
+                                     e_we.eq(1),
+                                     cpl_we.eq(flag_e.last)]
                         with m.If(flag_e.last):
-                            m.d.sync += [
-                                self.cpl.valid.eq(1),
-                                self.cpl.payload.qp.eq(q),
-                                self.cpl.payload.psn.eq(e_q),
-                                self.cpl.payload.has_imm.eq(flag_e.has_imm),
-                                self.cpl.payload.imm.eq(flag_e.imm),
-                                msn[q].eq(msn[q] + 1),
-                                ack_need.eq(1),
-                            ]
-                            count(self.completions)
+                            m.d.sync += ack_need.eq(1)
                 with m.Elif(~ack_need):
                     finish()
-                with m.Elif(ack_free):
-                    m.d.sync += [
-                        self.ack.valid.eq(1),
-                        self.ack.payload.qp.eq(q),
-                        self.ack.payload.port.eq(ack_port),
-                        self.ack.payload.ev.eq(ack_ev),
-                        self.ack.payload.cum_psn.eq(e_q - 1),
-                        self.ack.payload.syndrome.eq(wire.AETH_ACK),
-                        self.ack.payload.msn.eq(msn[q]),
-                        self.ack.payload.flags.eq(ack_flags),
-                        self.ack.payload.base_psn.eq(e_q),
-                        self.ack.payload.bitmap.eq(window_bits),
-                        self.ack.payload.ts.eq(ack_ts),
-                    ]
-                    count(self.acks)
-                    with m.If(~ack_probe):
-                        m.d.sync += [unacked[q].eq(0), armed[q].eq(0)]
+                with m.Else():
+                    start_ack(e)
+
+            with m.State("ACK"):
+                # Read bitmap words e>>4 .. e>>4 + 4 one per cycle (j = words already asked
+                # for) and shift each pair into 16 bitmap bits: bits e .. e+63.
+                m.d.comb += rd_lo.eq(e[:wbits] + (j << _WLOG))
+                with m.If((j != 0) | ~self.ack.valid):
+                    m.d.sync += [j.eq(j + 1), prev.eq(word)]
+                with m.If(j == _ACK_READS):
+                    m.d.comb += [e_dec.eq(1), ack_we.eq(1)]
                     finish()
 
             with m.State("CLEAR"):
-                m.d.comb += [bm_w.addr.eq(q * nwords + clr_word), bm_w.data.eq(0), bm_w.en.eq(-1)]
+                m.d.comb += [bm_w.addr.eq(Cat(clr_word[:wbits - _WLOG], q[:qbits])),
+                             bm_w.data.eq(0), bm_w.en.eq(1)]
                 m.d.sync += clr_word.eq(clr_word + 1)
                 with m.If(clr_word == nwords - 1):
-                    m.d.sync += clr_pend[q].eq(0)
+                    m.d.comb += clr_done.eq(1)
                     m.next = "IDLE"
 
-        # ---- QP context writes (last: they win over the FSM) ---------------
-        with m.If(self.qp_w_en & (self.qp_w_addr < qps)):
-            a = self.qp_w_addr
+        m.d.comb += [fl_w.addr.eq(slot_addr(q, cur.psn)),
+                     fl_w.data.eq(Cat(cur.last, cur.has_imm, cur.imm))]
+
+        # ---- datapath registers, each loaded by one strobe ------------------
+        with m.If(place_we):
             m.d.sync += [
-                epsn[a].eq(self.qp_w_data.start_psn),
-                qvalid[a].eq(self.qp_w_data.valid),
-                msn[a].eq(0),
-                unacked[a].eq(0),
-                armed[a].eq(0),
-                clr_pend[a].eq(1),
+                self.place.valid.eq(1),
+                place_pl.place.eq(is_new),
+                place_pl.addr.eq(cur.addr),
+                place_pl.length.eq(cur.length),
             ]
+        with m.If(cpl_we):
+            m.d.sync += [
+                self.cpl.valid.eq(1),
+                cpl_pl.qp.eq(q),
+                cpl_pl.psn.eq(e),
+                cpl_pl.has_imm.eq(flag_e.has_imm),
+                cpl_pl.imm.eq(flag_e.imm),
+            ]
+        chunk = Signal(_W)
+        m.d.comb += chunk.eq(Mux(ack_nack, 0, _window(m, Cat(prev, word), e[:_WLOG])))
+        for k in range(2, _ACK_READS + 1):
+            with m.If(j == k):
+                m.d.sync += ack_pl.bitmap[_W * (k - 2):_W * (k - 1)].eq(chunk)
+        with m.If(ack_we):
+            m.d.sync += [
+                self.ack.valid.eq(1),
+                ack_pl.qp.eq(q),
+                ack_pl.port.eq(Mux(ack_timer, sel(last_port), cur.port)),
+                ack_pl.ev.eq(Mux(ack_timer, sel(last_ev), cur.ev)),
+                ack_pl.cum_psn.eq(e_pm),
+                ack_pl.syndrome.eq(Mux(ack_nack, wire.AETH_NAK_PSN, wire.AETH_ACK)),
+                ack_pl.msn.eq(msn_q),
+                ack_pl.flags.eq(ack_flags),
+                ack_pl.base_psn.eq(Mux(ack_nack, cur.psn, e)),
+                ack_pl.ts.eq(Mux(ack_probe, cur.ts, 0)),
+            ]
+
+        def count(counter, en):
+            with m.If(en):
+                m.d.sync += counter.eq(counter + 1)
+
+        for name, strobe in cnt.items():
+            count(getattr(self, name), strobe)
+        count(self.completions, cpl_we)
+        count(self.acks, ack_we & ~ack_nack)
+        m.d.comb += cnt["nacks"].eq(ack_we & ack_nack)
+
+        # ---- per-QP registers (QP context writes last: they win) ------------
+        ack_reset = ack_we & ~ack_probe & ~ack_nack     # any ACK resets count and timer
+        w = self.qp_w_data
+        for i in range(qps):
+            hit = qi == i if qps > 1 else Const(1)
+            wr = self.qp_w_en & (self.qp_w_addr == i)
+            with m.If(wr | (hit & e_we)):
+                m.d.sync += epsn[i].eq(Mux(wr, w.start_psn, e_pm))
+            with m.If(wr | (hit & cpl_we)):
+                m.d.sync += msn[i].eq(Mux(wr, 0, msn_inc))
+            with m.If(wr | (hit & (new_we | ack_reset))):
+                m.d.sync += unacked[i].eq(Mux(wr | ack_reset, 0, n_unacked))
+            with m.If(hit & seen_we):
+                m.d.sync += [last_ev[i].eq(cur.ev), last_port[i].eq(cur.port)]
+            with m.If(hit & arm):
+                m.d.sync += [armed[i].eq(1), deadline[i].eq(dl_new),
+                             expired[i].eq(t_lead[16] | (t_lead == 0))]
+            with m.If(wr | (hit & ack_reset)):
+                m.d.sync += [armed[i].eq(0), expired[i].eq(0)]
+            with m.If(hit & clr_done):
+                m.d.sync += clr_pend[i].eq(0)
+            with m.If(wr):
+                m.d.sync += [qvalid[i].eq(w.valid), clr_pend[i].eq(1)]
 
         return m

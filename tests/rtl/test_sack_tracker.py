@@ -143,7 +143,7 @@ class TB:
             {"valid": 1, "qpn": 0x100 + qp, "start_psn": start_psn}).as_value().value
         await RisingEdge(d.clk)
         d.qp_w_en.value = 0
-        await ClockCycles(d.clk, self.window // 64 + 2)
+        await ClockCycles(d.clk, self.window // 16 + 2)     # bitmap clear: window/16 cycles
         self.models[qp] = QpModel(qp, start_psn, self.window, self.ack_every)
 
     async def send(self, p):
@@ -376,7 +376,8 @@ async def run_throughput(dut):
         places, _, cpls = tb.taken()
         assert [p["place"] for p in places] == [1] * 64 and len(cpls) == 1
     dut._log.info("cycles/packet: in order %.2f, shuffled %.2f", *rates)
-    assert rates[0] <= 1.3 and rates[1] <= 1.5, rates
+    # 1 cycle per in-order packet + 5 per ACK (bitmap read 16 PSNs per cycle)
+    assert rates[0] <= 2.0 and rates[1] <= 2.0, rates
 
 
 def test_sack_tracker(tmp_path):
