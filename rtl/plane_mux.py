@@ -37,6 +37,9 @@ class PlaneMux(wiring.Component):
         Source i (frames, ``tlast`` on each frame's last beat).
     m_axis : Out(AxiStreamSignature(data_width))
         The merged frames of all sources, each frame's beats contiguous.
+    source : Out(3)
+        Index of the source whose beats ``m_axis`` carries (valid with ``tvalid``):
+        the receive pipeline's shared parser tags each frame with its plane by it.
     frames : Out(32) array per input as ``frames_<i>``
         Frames of source i passed to the output (count of ``tlast`` beats, wraps).
 
@@ -61,7 +64,7 @@ class PlaneMux(wiring.Component):
         if data_width <= 0 or data_width % 8:
             raise ValueError(f"data_width must be a positive multiple of 8, not {data_width}")
         self._inputs, self._width = inputs, data_width
-        members = {"m_axis": Out(AxiStreamSignature(data_width))}
+        members = {"m_axis": Out(AxiStreamSignature(data_width)), "source": Out(3)}
         for i in range(inputs):
             members[f"s_axis_{i}"] = In(AxiStreamSignature(data_width))
             members[f"frames_{i}"] = Out(32)
@@ -85,7 +88,7 @@ class PlaneMux(wiring.Component):
             for j in range(n):
                 with m.If((last == j) & srcs[(j + k) % n].tvalid):
                     m.d.comb += pick.eq((j + k) % n)
-        m.d.comb += grant.eq(Mux(busy, held, pick))
+        m.d.comb += [grant.eq(Mux(busy, held, pick)), self.source.eq(grant)]
 
         for i, s in enumerate(srcs):
             with m.If(grant == i):

@@ -48,7 +48,8 @@ class TB:
             self.cycle += 1
             if dut.m_axis__tvalid.value.is_resolvable and int(dut.m_axis__tvalid.value) \
                     and int(dut.m_axis__tready.value):
-                self.beats.append((self.cycle, int(dut.m_axis__tlast.value)))
+                self.beats.append((self.cycle, int(dut.m_axis__tlast.value),
+                                   int(dut.source.value), int(dut.m_axis__tdata.value) & 0xFF))
 
 
 if cocotb is not None:
@@ -85,8 +86,15 @@ if cocotb is not None:
             assert all(a != b for a, b in zip(order, order[1:])), order[:20]
         # One beat per clock across frame boundaries when nothing pauses.
         if not idle and not bp:
-            cycles = [c for c, _ in tb.beats]
+            cycles = [b[0] for b in tb.beats]
             assert cycles[-1] - cycles[0] + 1 == len(cycles)
+        # ``source`` names the frame's input on every beat (the first byte tags it).
+        first = True
+        for _, last, source, byte0 in tb.beats:
+            if first:
+                tag = byte0
+            assert source == tag
+            first = bool(last)
         assert int(dut.frames_0.value) == len(sent[0])
         assert int(dut.frames_1.value) == len(sent[1])
 
