@@ -461,9 +461,13 @@ class NicBoardTop(wiring.Component):
 
     # ---- the top ---------------------------------------------------------------------------------
     def make_core(self):
-        """The NIC with its CSR bank (:class:`~mrcnic.rtl.csr_nic.CsrNic`, ``self.regmap``'s build)."""
+        """The NIC with its CSR bank (:class:`~mrcnic.rtl.csr_nic.CsrNic`, ``self.regmap``'s build).
+
+        One receive parser serves both planes (``shared_parser``): the MACs hand over
+        whole frames and two 1 Gb/s ports use a quarter of its beat rate.
+        """
         return CsrNic(ports=self.ports, qps=self.qps, paths=self.paths, window=self.window,
-                      clock_mhz=self.clk_hz // 1_000_000, regions=4)
+                      clock_mhz=self.clk_hz // 1_000_000, regions=4, shared_parser=True)
 
     def elaborate(self, platform):
         m = Module()

@@ -158,11 +158,14 @@ def _board_parts(hostmem: int):
 
 def survey(*, paths: int = 64, qps: int = 2, window: int = 256, board: bool = False,
            hostmem: int = 16384, build_dir="build/survey", log=print) -> list:
-    """Survey ``CsrNic(ports=2, qps, paths, window)`` (and the board parts); return all rows."""
+    """Survey ``CsrNic(ports=2, qps, paths, window)`` (and the board parts); return all rows.
+
+    With ``board`` the core is built as the board tops build it (one shared receive parser).
+    """
     from ..rtl.csr_nic import CsrNic
     d = pathlib.Path(build_dir) / f"p{paths}_q{qps}_w{window}"
     t0 = time.time()
-    core = CsrNic(ports=2, qps=qps, paths=paths, window=window)
+    core = CsrNic(ports=2, qps=qps, paths=paths, window=window, shared_parser=board)
     rows = module_table(synth_stat(core, "csr_nic", d))
     log(f"# csr_nic synthesized in {time.time() - t0:.0f} s ({d})")
     if board:
@@ -210,7 +213,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     rows = survey(paths=a.paths, qps=a.qps, window=a.window, board=a.board,
                   hostmem=a.hostmem, build_dir=a.dir)
-    print(f"CsrNic(ports=2, qps={a.qps}, paths={a.paths}, window={a.window})"
+    print(f"CsrNic(ports=2, qps={a.qps}, paths={a.paths}, window={a.window}"
+          + (", shared_parser=True)" if a.board else ")")
           + (f" + board parts (hostmem {a.hostmem} B)" if a.board else ""))
     print(format_table(rows, a.top))
     if a.depth:

@@ -80,6 +80,8 @@ class CsrNic(wiring.Component):
         Core clock reported in ``ID_CLOCK_MHZ``.
     regions : int
         Memory regions reported in ``ID_MAX_REGIONS`` (the core holds 4).
+    shared_parser : bool
+        One receive parser for all planes (:class:`~mrcnic.rtl.nic.MRCNic`); board tops.
 
     Attributes
     ----------
@@ -141,8 +143,10 @@ class CsrNic(wiring.Component):
     """
 
     def __init__(self, *, ports: int = 2, qps: int = 2, paths: int = MAX_PATHS,
-                 window: int = 256, clock_mhz: int = 125, regions: int = 4):
-        self.core = MRCNic(ports=ports, qps=qps, paths=paths, window=window)  # checks parameters
+                 window: int = 256, clock_mhz: int = 125, regions: int = 4,
+                 shared_parser: bool = False):
+        self.core = MRCNic(ports=ports, qps=qps, paths=paths, window=window,
+                           shared_parser=shared_parser)  # checks parameters
         self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
         self.regmap = build_regmap(ports=ports, clock_mhz=clock_mhz, window=window,
                                    regions=regions, paths=paths, qps=qps)

@@ -69,11 +69,15 @@ class MRCNic(wiring.Component):
     ports : int
         Planes (1..8): one 64-bit AXI-Stream input and output each.
     qps : int
-        Receive QP contexts (1..8); the transmit side holds 8.
+        QP contexts (1..8) on both sides.
     paths : int
-        Path-table entries of each spray scheduler (16, 32, 64, 128 or 256).
+        Path-table entries (16, 32, 64, 128 or 256); one table and one spray
+        scheduler serve the data and the ACK reverse paths.
     window : int
         PSN window of the receive SACK tracker (packets).
+    shared_parser : bool
+        One receive parser for all planes (see :class:`~mrcnic.rtl.rx.RxPipeline`);
+        the board tops use it, the co-simulation keeps one parser per plane.
 
     Attributes
     ----------
@@ -176,7 +180,8 @@ class MRCNic(wiring.Component):
     Data and ACK frames share each plane at one beat per clock.
     """
 
-    def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256):
+    def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256,
+                 shared_parser: bool = False):
         if not 1 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
         if not 1 <= qps <= MAX_QPS:
@@ -187,6 +192,7 @@ class MRCNic(wiring.Component):
             raise ValueError(f"window must be a power of two >= 64, not {window}")
         from .rx_parser import N_REASONS
         self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
+        self.shared_parser = shared_parser
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "recv_cpl": Out(stream.Signature(Completion)),
@@ -234,7 +240,8 @@ class MRCNic(wiring.Component):
         m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
                                                    paths=self.paths)
         m.submodules.probe_table = probe_table = PathTable(self.paths)
-        m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window)
+        m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window,
+                                          shared_parser=self.shared_parser)
 
         # EV state updates: the controller's (pt_st_*) win; otherwise sender
         # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).

@@ -7,6 +7,7 @@
        ...                 │        └─► ack_rx (ACKs, for sender reliability)
                            └─ (one parser per plane)      └─► AckGen ─► m_axis_p0..N-1
                                                                 ▲ reverse path: spray_req/decision
+    (``shared_parser``: s_axis_p0..N-1 ─► PlaneMux ─► one RxParser, frames tagged by plane)
 
 Every byte lands exactly once, at its own VA, or not at all: the parser
 validates and holds a frame until its ICRC checks, the tracker places only
@@ -26,6 +27,7 @@ from .axis import AxiStreamSignature
 from .layouts import (AckRequest, Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
                       RxQpContext, SprayReq)
 from .placement import Placement
+from .plane_mux import PlaneMux
 from .rx_arbiter import RxArbiter
 from .rx_parser import RxParser
 from .sack_tracker import SackTracker
@@ -44,6 +46,13 @@ class RxPipeline(wiring.Component):
         QP contexts (1..8).
     window : int
         PSN window of the SACK tracker (packets).
+    shared_parser : bool
+        One :class:`RxParser` for all planes behind a frame-level round-robin
+        :class:`~mrcnic.rtl.plane_mux.PlaneMux` (its ``source`` tags each frame
+        with its plane) instead of one parser per plane.  The planes then share
+        one beat per clock (8 Gb/s at 125 MHz): enough for boards whose planes
+        are 1 Gb/s Ethernet ports with store-and-forward MACs (frames arrive
+        whole); per-plane drop counters are kept.
 
     Attributes
     ----------
@@ -83,11 +92,13 @@ class RxPipeline(wiring.Component):
         Bytes written to host memory; duplicate and out-of-window data packets; ACK frames sent.
     """
 
-    def __init__(self, ports: int = 4, qps: int = 8, window: int = 256):
+    def __init__(self, ports: int = 4, qps: int = 8, window: int = 256,
+                 shared_parser: bool = False):
         if not 1 <= ports <= 8:
             raise ValueError(f"ports must be 1..8, not {ports}")
         from .rx_parser import N_REASONS
         self._ports, self._qps, self._window = ports, qps, window
+        self._shared = shared_parser and ports > 1
         members = {
             "own_usid": In(16), "locator_block": In(32), "own_ip": In(128), "trim_dscp": In(6),
             "globals": In(NicGlobals), "next_hop_mac": In(data.ArrayLayout(48, ports)),
@@ -117,26 +128,13 @@ class RxPipeline(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._ports
-        m.submodules.arbiter = arb = RxArbiter(ports=n)
+        m.submodules.arbiter = arb = RxArbiter(ports=1 if self._shared else n)
         m.submodules.tracker = trk = SackTracker(qps=self._qps, window=self._window)
         m.submodules.placement = plc = Placement()
         m.submodules.ack_gen = agen = AckGen(ports=n, qps=self._qps)
 
+        parsers = self._parsers(m, arb)
         for i in range(n):
-            parser = RxParser(port=i, qps=self._qps, regions=4)
-            m.submodules[f"parser_p{i}"] = parser
-            wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")), parser.s_axis)
-            wiring.connect(m, parser.pkt, getattr(arb, f"pkt_p{i}"))
-            wiring.connect(m, parser.payload, getattr(arb, f"payload_p{i}"))
-            m.d.comb += [
-                parser.own_usid.eq(self.own_usid), parser.locator_block.eq(self.locator_block),
-                parser.own_ip.eq(self.own_ip), parser.trim_dscp.eq(self.trim_dscp),
-                parser.qp_w_en.eq(self.qp_w_en), parser.qp_w_addr.eq(self.qp_w_addr),
-                parser.qp_w_data.eq(self.qp_w_data),
-                parser.mr_w_en.eq(self.mr_w_en), parser.mr_w_addr.eq(self.mr_w_addr),
-                parser.mr_w_data.eq(self.mr_w_data),
-                getattr(self, f"drops_p{i}").eq(parser.drops),
-            ]
             wiring.connect(m, getattr(agen, f"m_axis_p{i}"),
                            wiring.flipped(getattr(self, f"m_axis_p{i}")))
 
@@ -150,11 +148,13 @@ class RxPipeline(wiring.Component):
 
         # Each ACK request asks the spray scheduler for its reverse path and
         # waits in a small FIFO for it (a stream fork); the ACK generator then
-        # takes request and path together.
+        # takes request and path together.  Two entries (registers: a deeper
+        # FIFO maps to distributed RAM, ~340 LUTs) cover the scheduler's latency
+        # many times over at the ACK generator's rate (tens of cycles per ACK).
         m.submodules.ack_fifo = ack_fifo = SyncFIFOBuffered(
-            width=AckRequest.as_shape().size, depth=4)
-        profiles = Array(Signal(QpContext, name=f"ack_profile{i}") for i in range(8))
-        with m.If(self.ackq_w_en):
+            width=AckRequest.as_shape().size, depth=2)
+        profiles = Array(Signal(QpContext, name=f"ack_profile{i}") for i in range(self._qps))
+        with m.If(self.ackq_w_en & (self.ackq_w_addr < self._qps)):
             m.d.sync += profiles[self.ackq_w_addr].eq(self.ackq_w_data)
         prof = profiles[trk.ack.payload.qp]
         m.d.comb += [
@@ -173,8 +173,7 @@ class RxPipeline(wiring.Component):
         wiring.connect(m, wiring.flipped(self.probe), agen.probe)
         m.d.comb += self.probes_sent.eq(agen.probes_sent)
 
-        m.d.comb += self.accepted.eq(sum(
-            getattr(m.submodules, f"parser_p{i}").accepted[k] for i in range(n) for k in range(3)))
+        m.d.comb += self.accepted.eq(sum(p.accepted[k] for p in parsers for k in range(3)))
         m.d.comb += [
             trk.qp_w_en.eq(self.qp_w_en), trk.qp_w_addr.eq(self.qp_w_addr),
             trk.qp_w_data.eq(self.qp_w_data),
@@ -188,3 +187,37 @@ class RxPipeline(wiring.Component):
             self.acks_sent.eq(agen.sent),
         ]
         return m
+
+    def _parsers(self, m, arb):
+        """The parser(s): one per plane into the arbiter, or one shared behind a PlaneMux."""
+        n = self._ports
+        if self._shared:
+            m.submodules.rx_mux = mux = PlaneMux(inputs=n)
+            m.submodules.parser = parser = RxParser(port=None, ports=n, qps=self._qps, regions=4)
+            for i in range(n):
+                wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")),
+                               getattr(mux, f"s_axis_{i}"))
+                m.d.comb += getattr(self, f"drops_p{i}").eq(getattr(parser, f"drops_p{i}"))
+            wiring.connect(m, mux.m_axis, parser.s_axis)
+            m.d.comb += parser.s_port.eq(mux.source)
+            parsers = [parser]
+        else:
+            parsers = []
+            for i in range(n):
+                parser = RxParser(port=i, qps=self._qps, regions=4)
+                m.submodules[f"parser_p{i}"] = parser
+                wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")), parser.s_axis)
+                m.d.comb += getattr(self, f"drops_p{i}").eq(parser.drops)
+                parsers.append(parser)
+        for i, parser in enumerate(parsers):
+            wiring.connect(m, parser.pkt, getattr(arb, f"pkt_p{i}"))
+            wiring.connect(m, parser.payload, getattr(arb, f"payload_p{i}"))
+            m.d.comb += [
+                parser.own_usid.eq(self.own_usid), parser.locator_block.eq(self.locator_block),
+                parser.own_ip.eq(self.own_ip), parser.trim_dscp.eq(self.trim_dscp),
+                parser.qp_w_en.eq(self.qp_w_en), parser.qp_w_addr.eq(self.qp_w_addr),
+                parser.qp_w_data.eq(self.qp_w_data),
+                parser.mr_w_en.eq(self.mr_w_en), parser.mr_w_addr.eq(self.mr_w_addr),
+                parser.mr_w_data.eq(self.mr_w_data),
+            ]
+        return parsers

@@ -1,4 +1,4 @@
-"""RX parser and validator: one per plane; every field checked, a bad frame is counted, never written.
+"""RX parser and validator: every field checked, a bad frame is counted, never written.
 
 A received frame (Ethernet II, no FCS, arrival form: uSID DA already shifted to
 the receiver's own uSID, SRH Segments Left = 0) is parsed at one 64-bit beat per
@@ -11,10 +11,39 @@ and the receive tables (QPs, memory regions), and either
   incremented (exactly one counter per dropped frame, the lowest reason index
   that applies).
 
-Store and forward: payload bytes are realigned to lane 0 and written into a
-buffer memory (``amaranth.lib.memory``) while the frame arrives; the write
-pointer is committed only when every check (ICRC last) has passed, so a dropped
-frame's bytes are never released.
+One parser serves one plane (``port=i``) or, in shared mode (``port=None,
+ports=N``), frames of N planes arriving on one stream, each tagged with its
+plane on ``s_port``.
+
+Architecture (store and forward through one block-RAM buffer):
+
+* Write side.  Each check is made at the beat its field arrives and only its
+  verdict bit is kept (checks NEXT_HEADER..QPN are summarised at beat
+  b0 + 3).  The transport header words a record needs, and the realigned
+  payload, are written into the buffer memory as they arrive, at the end of
+  the committed records (speculatively).  The CRC-32 of the ICRC
+  view runs over whole beats; the last beat is zero-filled beyond ``tkeep``
+  and compared with the residue advanced by the same number of zero bytes
+  (a constant per tail length), so no tail CRC network is needed.  One cycle
+  after the last beat a *meta* word (verdict, sizes, fields found by the
+  checks) is written in front of the record and the write pointer committed:
+  a frame failing a check that ranks before RKEY leaves a 1-word drop record,
+  any other frame a candidate record.
+* Read side.  A sequencer reads each committed record: a drop record is
+  counted; a candidate's header words are loaded into the ``pkt`` register
+  while one shared region checker walks the memory regions (RKEY), then the
+  verdict (RKEY, DMALEN, ICRC, in that order) is counted and, if accepted, the
+  record and its payload are released.  Nothing leaves before its ICRC and
+  every other check has passed.
+* Counters.  All counters go through one incrementer: a block-RAM copy of the
+  counters is read, incremented and written back together with the output
+  register of that counter (one count per three cycles at most; zeroed after
+  reset before the first frame is read).
+
+Record layout in the buffer (64-bit words; ``x`` = byte offset from the UDP
+header): slot 0 meta; slot 1 frame bytes 14..21 (traffic class, flow label,
+payload length); slot 1 + k, k = 1..6, bytes x = 8(k-1) .. 8k-1; payload word p
+of a DATA frame at slot 7 + p (replacing x40..47).
 
 Header positions.  IPv6 ends at byte 54; an SRH is a multiple of 8 bytes, so
 the UDP header always starts at byte lane 6 of beat ``b0`` = 6 (no SRH) or
@@ -31,13 +60,13 @@ import enum as py_enum
 import zlib
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
-from .layouts import EvMode, MemRegion, RxKind, RxPacket, RxQpContext
+from .layouts import EvMode, MemRegion, RxPacket, RxQpContext
 
 __all__ = ["RxParser", "DropReason"]
 
@@ -46,8 +75,8 @@ NH_UDP, NH_ROUTING, SRH_TYPE = 17, 43, 4
 ROCEV2_PORT = 4791
 OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_ACK, OP_PROBE = 0x0A, 0x0B, 0x11, 0xC0
 MAX_DMALEN = 4096
-PAYLOAD_OFFSET_BEATS = 5      #: payload byte 0 is in beat b0 + 5
-MAX_PAYLOAD_WORDS = MAX_DMALEN // 8 + 1   #: words one frame may write (realigned payload + 1)
+MAX_PAYLOAD_WORDS = MAX_DMALEN // 8 + 1   #: payload words one frame may write
+HDR_SLOTS = 7                             #: buffer words before a record's payload
 ICRC_RESIDUE = zlib.crc32(b"x" + zlib.crc32(b"x").to_bytes(4, "little"))   #: 0x2144DF1C
 
 
@@ -55,7 +84,8 @@ class DropReason(py_enum.IntEnum):
     """Index of a drop counter in ``RxParser.drops``; a lower index has priority.
 
     FRAMING: tkeep not contiguous from lane 0, a partial beat before tlast, or
-    the frame longer than ``max_frame`` bytes.  ETHERTYPE: not 0x86DD.  RUNT:
+    the frame longer than ``max_frame`` bytes (shared mode: also ``s_port`` not
+    below ``ports``).  ETHERTYPE: not 0x86DD.  RUNT:
     tlast before the end of the headers the frame announces (+ 4-byte trailer).
     VERSION: IPv6 version != 6.  IPV6_LENGTH: payload length != frame length - 54.
     NEXT_HEADER: IPv6 next header not UDP(17) / SRH(43), SRH routing type != 4,
@@ -92,6 +122,11 @@ class DropReason(py_enum.IntEnum):
 N_REASONS = len(DropReason)
 
 
+def _data(*args, **kw):
+    """A datapath register: no reset (its value is only read after it was loaded)."""
+    return Signal(*args, reset_less=True, **kw)
+
+
 def _bitrev32(v: int) -> int:
     return int(f"{v:032b}"[::-1], 2)
 
@@ -99,15 +134,34 @@ def _bitrev32(v: int) -> int:
 #: CRC register after the first beat of the ICRC view (bytes 6, 7 = 0xFF; bytes 0..5 excluded)
 _CRC_AFTER_BEAT0 = _bitrev32(zlib.crc32(b"\xff\xff") ^ 0xFFFFFFFF)
 assert CRC32_INIT == 0xFFFFFFFF
+#: CRC value (zlib form) of a correct frame followed by k zero bytes, k = 0..7: the last
+#: beat is zero-filled beyond tkeep, so a frame of length L ends with (-L) % 8 zero bytes.
+_ICRC_PADDED = [zlib.crc32(bytes(k), ICRC_RESIDUE) for k in range(8)]
+
+#: The meta word in front of every record (slot 0).
+_Meta = data.StructLayout({
+    "cand": 1,          # 1: candidate record (passed every check ranked before RKEY)
+    "reason": 4,        # drop record: the DropReason
+    "port": 3,          # plane the frame arrived on
+    "size": 10,         # words of the record (1 for a drop record)
+    "dmalen_bad": 1,    # candidate: DMALEN check failed
+    "icrc_bad": 1,      # candidate: ICRC check failed
+    "trimmed": 1,       # DATA frame carrying the trim DSCP
+    "udp": 1,           # the QP is in UDP EV mode
+    "copy": 1,          # DATA, not trimmed: a payload follows in slots 7..
+    "opcode": 8,
+    "qp": 3,
+})
 
 
 class RxParser(wiring.Component):
-    """Receive parser and validator for one plane (64-bit AXI-Stream).
+    """Receive parser and validator for one plane, or shared by several (64-bit AXI-Stream).
 
     Parameters
     ----------
-    port : int
-        Plane index 0..7, copied into ``RxPacket.port``.
+    port : int or None
+        Plane index 0..7, copied into ``RxPacket.port``; ``None`` selects the
+        shared mode (``ports`` planes on one stream, tagged by ``s_port``).
     qps : int
         QP contexts 1..8 (``qp_w_addr`` is ceil(log2(qps)) bits, at least 1).
     regions : int
@@ -115,17 +169,26 @@ class RxParser(wiring.Component):
     max_frame : int
         Longest frame accepted, in bytes (128..16384); longer frames are FRAMING drops.
     buffer_words : int
-        Payload buffer depth in 8-byte words, a power of two >= 1024.
+        Record buffer depth in 8-byte words, a power of two >= 1024 (one
+        record: 1 word for a dropped frame, 8 for a frame without payload,
+        7 + ceil(dmalen / 8) for a DATA frame).
     pkt_depth : int
-        ``pkt`` output FIFO depth (>= 4).
+        Kept for compatibility (>= 4): records wait in the record buffer, not
+        in a separate FIFO.
+    ports : int or None
+        Shared mode only: number of planes 1..8.
 
     Attributes
     ----------
     s_axis : In(AxiStreamSignature(64))
-        Received frames, lane 0 = first byte.  ``tready`` drops only at a frame's
-        first beat when the ``pkt`` FIFO is nearly full, and at a DATA frame's
-        first payload beat while the payload buffer has less than 513 free words;
-        with ready outputs it stays high (one beat per clock, no idle cycles).
+        Received frames, lane 0 = first byte.  ``tready`` falls only while the
+        buffer word a beat would write is still occupied (the read side frees
+        one word per payload beat it sends), and at a frame's first beat while
+        the previous frame's record cannot be written (buffer full).  With
+        ready outputs it stays high: one beat per clock, no idle cycles.
+    s_port : In(3)
+        Shared mode only: plane of the frame on ``s_axis``, valid with every
+        beat, sampled on the first beat; copied into ``RxPacket.port``.
     own_usid : In(16), locator_block : In(32)
         SRV6 arrival DA = ``locator_block << 96 | own_usid << 80`` (RFC 9800).
     own_ip : In(128)
@@ -146,22 +209,35 @@ class RxParser(wiring.Component):
     payload : Out(AxiStreamSignature(64))
         Payload of each accepted non-trimmed DATA frame (dmalen bytes, pad
         excluded), lane 0 first, tkeep partial on the last beat; one frame per
-        such ``pkt`` record, in the same order, released only after acceptance.
+        such ``pkt`` record, in the same order, released only after acceptance
+        and after its ``pkt`` record has been presented.
     drops : Out(ArrayLayout(32, len(DropReason)))
-        Dropped frames per :class:`DropReason` (wrapping 32-bit counters).
+        One-plane mode: dropped frames per :class:`DropReason` (wrapping 32-bit).
+    drops_p<i> : Out(ArrayLayout(32, len(DropReason)))
+        Shared mode: dropped frames of plane i (by ``s_port``) per reason.
     accepted : Out(ArrayLayout(32, 3))
         Accepted frames per :class:`~mrcnic.rtl.layouts.RxKind` (DATA, PROBE, ACK).
 
-    Latency: the ``pkt`` record is written to its FIFO 3 cycles after the
-    frame's last beat (visible 1-2 cycles later); the payload starts 2-3 cycles
-    after that.  A frame may be as short as one beat: the verdict pipeline takes
-    one frame per clock.
+    Latency: a frame's record is committed 1 cycle after its last beat; with the
+    read side idle, its ``pkt`` record is presented ``max(11, regions + 9)``
+    cycles after the last beat (13 for 4 regions) and its payload's first beat
+    2 cycles after that; a drop is counted about 5 cycles after the last beat.
+    Read side: 3 cycles per dropped frame, ``max(9, regions + 7)`` cycles plus
+    one per payload word per other frame; a frame may be as short as one beat
+    (the input waits only when the buffer is full).
     """
 
-    def __init__(self, port: int = 0, qps: int = 8, regions: int = 4, max_frame: int = 8192,
-                 buffer_words: int = 1024, pkt_depth: int = 8):
-        if not 0 <= port < 8:
-            raise ValueError(f"port must be 0..7, not {port}")
+    def __init__(self, port: "int | None" = 0, qps: int = 8, regions: int = 4,
+                 max_frame: int = 8192, buffer_words: int = 1024, pkt_depth: int = 8,
+                 ports: "int | None" = None):
+        if port is None:
+            if ports is None or not 1 <= ports <= 8:
+                raise ValueError(f"shared mode (port=None) needs ports 1..8, not {ports}")
+        else:
+            if not 0 <= port < 8:
+                raise ValueError(f"port must be 0..7 or None, not {port}")
+            if ports is not None:
+                raise ValueError("give either port (one plane) or ports (shared mode), not both")
         if not 1 <= qps <= 8:
             raise ValueError(f"qps must be 1..8, not {qps}")
         if not 1 <= regions <= 16:
@@ -172,9 +248,9 @@ class RxParser(wiring.Component):
             raise ValueError(f"buffer_words must be a power of two >= 1024, not {buffer_words}")
         if pkt_depth < 4:
             raise ValueError(f"pkt_depth must be >= 4, not {pkt_depth}")
-        self._port, self._qps, self._regions = port, qps, regions
-        self._max_frame, self._buffer_words, self._pkt_depth = max_frame, buffer_words, pkt_depth
-        super().__init__({
+        self._port, self._ports, self._qps, self._regions = port, ports, qps, regions
+        self._max_frame, self._buffer_words = max_frame, buffer_words
+        members = {
             "s_axis": In(AxiStreamSignature(64)),
             "own_usid": In(16),
             "locator_block": In(32),
@@ -188,356 +264,569 @@ class RxParser(wiring.Component):
             "mr_w_data": In(MemRegion),
             "pkt": Out(stream.Signature(RxPacket)),
             "payload": Out(AxiStreamSignature(64)),
-            "drops": Out(data.ArrayLayout(32, N_REASONS)),
             "accepted": Out(data.ArrayLayout(32, 3)),
-        })
+        }
+        if port is None:
+            members["s_port"] = In(3)
+            for i in range(ports):
+                members[f"drops_p{i}"] = Out(data.ArrayLayout(32, N_REASONS))
+        else:
+            members["drops"] = Out(data.ArrayLayout(32, N_REASONS))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         s = self.s_axis
+        shared = self._port is None
+        planes = self._ports if shared else 1
         qps, regions = self._qps, self._regions
         max_beats = (self._max_frame + 7) // 8 + 1        # beat counter saturates here
-        abits = ceil_log2(self._buffer_words)
+        depth = self._buffer_words
+        abits = ceil_log2(depth)
+        R = DropReason
 
-        # ------------------------------------------------------------ tables
-        qp_tab = [Signal(RxQpContext, name=f"qp_ctx{i}") for i in range(qps)]
-        mr_tab = [Signal(MemRegion, name=f"mem_region{i}") for i in range(regions)]
+        # ================================================================ tables
+        qp_valid = [Signal(name=f"qp{i}_valid") for i in range(qps)]
+        qp_qpn = [Signal(24, name=f"qp{i}_qpn") for i in range(qps)]
+        qp_mode = [Signal(EvMode, name=f"qp{i}_mode") for i in range(qps)]
         with m.If(self.qp_w_en):
             with m.Switch(self.qp_w_addr):
                 for i in range(qps):
                     with m.Case(i):
-                        m.d.sync += qp_tab[i].eq(self.qp_w_data)
-        with m.If(self.mr_w_en):
-            with m.Switch(self.mr_w_addr):
-                for i in range(regions):
-                    with m.Case(i):
-                        m.d.sync += mr_tab[i].eq(self.mr_w_data)
+                        m.d.sync += [qp_valid[i].eq(self.qp_w_data.valid),
+                                     qp_qpn[i].eq(self.qp_w_data.qpn),
+                                     qp_mode[i].eq(self.qp_w_data.mode)]
 
-        # ------------------------------------------------------------ beat tracking
-        tready = Signal()
-        fire = Signal()
-        m.d.comb += [s.tready.eq(tready), fire.eq(s.tvalid & tready)]
+        # Memory regions: three small memories read asynchronously (distributed RAM) by
+        # the three stages of the region checker, each at its own entry.
+        rbits = max(1, ceil_log2(regions))
+        mr_a = memory.Memory(shape=97, depth=1 << rbits, init=[])        # valid, rkey, va
+        mr_b = memory.Memory(shape=32, depth=1 << rbits, init=[])        # base
+        mr_c = memory.Memory(shape=32, depth=1 << rbits, init=[])        # length
+        m.submodules.mr_a, m.submodules.mr_b, m.submodules.mr_c = mr_a, mr_b, mr_c
+        w = self.mr_w_data
+        for mem, value in ((mr_a, Cat(w.valid, w.rkey, w.va)), (mr_b, w.base), (mr_c, w.length)):
+            wport = mem.write_port()
+            m.d.comb += [wport.en.eq(self.mr_w_en), wport.addr.eq(self.mr_w_addr),
+                         wport.data.eq(value)]
+        mr_ra = mr_a.read_port(domain="comb")
+        mr_rb = mr_b.read_port(domain="comb")
+        mr_rc = mr_c.read_port(domain="comb")
 
-        beat = Signal(range(max_beats + 1))      # index of the current beat in its frame
-        nlast = Signal(4)                        # bytes in this beat when tkeep is contiguous
-        keep_ok = Signal()
-        with m.Switch(s.tkeep):
-            for n in range(1, 9):
-                with m.Case((1 << n) - 1):
-                    m.d.comb += [nlast.eq(n), keep_ok.eq(1)]
-        beat_bad = Mux(s.tlast, ~keep_ok, s.tkeep != 0xFF)
-
-        flen = Signal(range(8 * max_beats + 9))  # frame length in bytes (valid after tlast)
-        bad_keep = Signal()
-        with m.If(fire):
-            m.d.sync += bad_keep.eq(beat_bad | ((beat != 0) & bad_keep))
-            with m.If(s.tlast):
-                m.d.sync += [beat.eq(0), flen.eq(beat * 8 + nlast)]
-            with m.Elif(beat != max_beats):
-                m.d.sync += beat.eq(beat + 1)
-
-        # ------------------------------------------------------------ header capture
-        hdr = [Signal(64, name=f"hdr{i}") for i in range(8)]     # beats 0..7 (bytes 0..63)
-        l4 = [Signal(64, name=f"l4_{k}") for k in range(7)]      # beats b0..b0+6
-        with m.If(fire):
-            for i in range(8):
-                with m.If(beat == i):
-                    m.d.sync += hdr[i].eq(s.tdata)
-
-        def hb(n):                          # frame byte n (n < 64)
-            return hdr[n // 8][8 * (n % 8):8 * (n % 8) + 8]
-
-        def lb(x):                          # byte x after the UDP header start
-            j = 6 + x
-            return l4[j // 8][8 * (j % 8):8 * (j % 8) + 8]
-
-        def be(get, lo, n):                 # big-endian field of n bytes at lo
-            return Cat(*[get(lo + n - 1 - i) for i in range(n)])
-
-        nh = hb(20)
-        has_srh = nh == NH_ROUTING
-        hel = hb(55)
-        b0 = Signal(9)                      # beat holding the UDP header's first byte (lane 6)
-        m.d.comb += b0.eq(Mux(has_srh, 7 + hel, 6))
-        with m.If(fire):
-            for k in range(7):
-                with m.If(beat == b0 + k):
-                    m.d.sync += l4[k].eq(s.tdata)
-
-        # ------------------------------------------------------------ ICRC (running CRC-32)
-        # The ICRC view of the frame (wire.icrc_view) from byte 6 on, ICRC bytes included:
-        # a correct frame leaves the CRC-32 residue 0x2144DF1C.  Each beat is masked and
-        # registered first; the CRC register folds it in the next cycle, so it holds a
-        # frame's final value two cycles after its last beat (stage V1).
-        mask = (Mux(beat == 1, Const(0xFF0FFFFFFFFFFFFF, 64), 0)        # bytes 8..13, TC, FL
-                | Mux(beat == 2, Const(0x0000FF000000FFFF, 64), 0)      # FL, hop limit
-                | Mux(beat == b0 + 1, Const(0x0000FFFF00000000, 64), 0)  # UDP checksum
-                | Mux(beat == b0 + 2, Const(0x0000000000FF0000, 64), 0))  # BTH byte 4
-        # Full beats go through one 8-byte network (crc_data -> crc, one beat per clock);
-        # the last beat waits in tail_hold with a copy of the CRC register (crc_hold), so
-        # the 1..8-byte networks see new inputs once per frame, not every clock.
-        crc_data = Signal(64)
-        crc_first = Signal()               # crc_data is a frame's first beat
-        crc_pend = Signal()                # crc_data holds a beat not yet folded in
-        tail_data = Signal(64)
-        tail_n = Signal(4)                 # bytes in the last beat (1..8)
-        tail_pend = Signal()
-        m.d.sync += [crc_pend.eq(fire & ~s.tlast), tail_pend.eq(fire & s.tlast)]
-        with m.If(fire):
-            with m.If(s.tlast):
-                m.d.sync += [tail_data.eq(s.tdata | mask), tail_n.eq(nlast)]
-            with m.Else():
-                m.d.sync += [crc_data.eq(s.tdata | mask), crc_first.eq(beat == 0)]
-        crc = Signal(32)                   # CRC register through the last full beat folded
-        with m.If(crc_pend):
-            m.d.sync += crc.eq(Mux(crc_first, _CRC_AFTER_BEAT0, crc32_update(crc, crc_data, 8)))
-        crc_hold = Signal(32)
-        tail_hold = Signal(64)
-        tail_hold_n = Signal(4)
-        with m.If(tail_pend):              # one cycle after the last beat: crc is complete
-            m.d.sync += [crc_hold.eq(crc),
-                         tail_hold.eq(tail_data), tail_hold_n.eq(tail_n)]
-        crc_end = Signal(32)               # CRC register over the whole frame (stage V1)
-        with m.Switch(tail_hold_n):
-            for n in range(1, 9):
-                with m.Case(n):
-                    m.d.comb += crc_end.eq(crc32_update(crc_hold, tail_hold, n))
-
-        # ------------------------------------------------------------ payload buffer (write side)
-        mem = memory.Memory(shape=64, depth=self._buffer_words, init=[])
+        # ================================================================ buffer memory
+        # The read side never reads a word in the cycle it is written (it reads only
+        # committed words; the write side writes only past the commit pointer): no
+        # read/write collision logic is needed.
+        mem = memory.Memory(shape=64, depth=depth, init=[], attrs={"no_rw_check": 1})
         m.submodules.buffer = mem
         wp = mem.write_port()
         rp = mem.read_port(domain="sync")
-        commit_ptr = Signal(abits + 1)     # end of the committed (accepted) payload words
-        rd_ptr = Signal(abits + 1)         # next word the read side fetches
-        used = Signal(abits + 1)
-        m.d.comb += used.eq(commit_ptr - rd_ptr)
+        # The meta word of a record and the commit pointer past it are written on the same
+        # clock edge, so the read side may read any word below commit_ptr.
+        commit_ptr = Signal(abits + 1)     # end of the committed records
+        rd_lim = Signal(abits + 1)         # first word the read side still needs
 
-        tc_hi = hb(14)[0:4]
-        tc_lo = hb(15)[4:8]
-        dscp = Cat(tc_lo[2:4], tc_hi)
-        opcode_now = lb(8)
-        data_op_now = (opcode_now == OP_WRITE_ONLY) | (opcode_now == OP_WRITE_ONLY_IMM)
-        trim_now = dscp == self.trim_dscp
-        wbeat = Signal(range(max_beats + 1))
-        m.d.comb += wbeat.eq(beat - (b0 + 6))
-        in_pay = Signal()
-        m.d.comb += in_pay.eq((beat >= b0 + 6) & (wbeat < MAX_PAYLOAD_WORDS)
-                              & data_op_now & ~trim_now)
-        prev = Signal(64)
-        with m.If(fire):
-            m.d.sync += prev.eq(s.tdata)
+        # ================================================================ write side
+        tready = Signal()
+        fire = Signal()
+        m.d.comb += [s.tready.eq(tready), fire.eq(s.tvalid & tready)]
+        td = s.tdata
+
+        def lane(i):
+            return td[8 * i:8 * i + 8]
+
+        def be(*lanes):                    # big-endian field from lanes (first = MSB)
+            return Cat(*[lane(i) for i in reversed(lanes)])
+
+        beat = Signal(range(max_beats + 1))      # index of the current beat in its frame
+        nl1 = Signal(3)                          # bytes in this beat - 1 (tkeep contiguous)
+        keep_ok = Signal()                       # tkeep = 2**n - 1, n = 1..8
+        k = s.tkeep
         m.d.comb += [
-            wp.en.eq(fire & in_pay),
-            wp.addr.eq(commit_ptr + wbeat),
-            wp.data.eq(Mux(opcode_now == OP_WRITE_ONLY_IMM,
-                           Cat(prev[48:64], s.tdata[0:48]), Cat(prev[16:64], s.tdata[0:16]))),
+            keep_ok.eq(k[0] & Cat(*[~k[i + 1] | k[i] for i in range(7)]).all()),
+            nl1.eq(Cat((k[1] & ~k[2]) | (k[3] & ~k[4]) | (k[5] & ~k[6]) | k[7],
+                       (k[2] & ~k[4]) | k[6], k[4])),
         ]
-        space_stall = in_pay & (wbeat == 0) & (used > self._buffer_words - MAX_PAYLOAD_WORDS)
+        beat_bad = Mux(s.tlast, ~keep_ok, s.tkeep != 0xFF)
+        bad_keep = Signal()                      # an earlier beat of this frame was bad
+        with m.If(fire):
+            m.d.sync += bad_keep.eq(~s.tlast & (beat_bad | ((beat != 0) & bad_keep)))
+            with m.If(s.tlast):
+                m.d.sync += beat.eq(0)
+            with m.Elif(beat != max_beats):
+                m.d.sync += beat.eq(beat + 1)
+        first = beat == 0
 
-        pkt_fifo = fifo.SyncFIFOBuffered(width=RxPacket.as_shape().size, depth=self._pkt_depth)
-        desc_fifo = fifo.SyncFIFOBuffered(width=13, depth=16)
-        m.submodules.pkt_fifo = pkt_fifo
-        m.submodules.desc_fifo = desc_fifo
-        start_stall = (beat == 0) & ((pkt_fifo.level > self._pkt_depth - 4)
-                                     | (desc_fifo.level > 16 - 4))
-        m.d.comb += tready.eq(~start_stall & ~space_stall)
+        port_r = _data(3)                        # plane of the current frame
+        port_bad = _data()
+        if shared:
+            with m.If(fire & first):
+                m.d.sync += [port_r.eq(Mux(self.s_port < planes, self.s_port, planes - 1)),
+                             port_bad.eq(self.s_port >= planes)]
+        else:
+            m.d.comb += port_r.eq(self._port)
 
-        # ------------------------------------------------------------ lookups (registered every cycle)
-        # Their inputs are final at least one beat before the last beat of any frame that
-        # is not a RUNT, so at stage E they describe the frame that just ended.
-        da = be(hb, 38, 16)
-        da_srv6 = Signal()
-        da_ip = Signal()
-        m.d.sync += [da_srv6.eq(da == Cat(Const(0, 80), self.own_usid, self.locator_block)),
-                     da_ip.eq(da == self.own_ip)]
-        dqpn = be(lb, 13, 3)
-        qp_hit = Signal(qps)
-        m.d.sync += qp_hit.eq(Cat(*[q.valid & (q.qpn == dqpn) for q in qp_tab]))
-        va = be(lb, 20, 8)
-        rkey = be(lb, 28, 4)
-        dmalen = be(lb, 32, 4)
-        mr_pre = Signal(regions)           # valid, rkey matches, VA >= region VA, offset < 2**32
-        mr_off = [Signal(64, name=f"mr_off{i}") for i in range(regions)]
-        for i, r in enumerate(mr_tab):
-            m.d.sync += [mr_pre[i].eq(r.valid & (r.rkey == rkey) & (va >= r.va)
-                                      & ((va - r.va)[32:64] == 0)),
-                         mr_off[i].eq(va - r.va)]
+        # L4 beat tracking: rel = beat - b0 while l4 (b0 = 6, or 7 + Hdr Ext Len with an SRH)
+        has_srh = Signal()
+        l4 = Signal()
+        rel = _data(range(max_beats + 1))
+        pre = Signal()                     # SRH: rel counts down to b0 (from Hdr Ext Len - 1)
+        hel_now = lane(7)                  # SRH Hdr Ext Len (byte 55) in beat 6
+        with m.If(fire):
+            with m.If(s.tlast):
+                m.d.sync += [l4.eq(0), pre.eq(0)]
+            with m.Else():
+                with m.If(l4 & (rel != max_beats)):
+                    m.d.sync += rel.eq(rel + 1)
+                with m.If((beat == 5) & ~has_srh):
+                    m.d.sync += [l4.eq(1), rel.eq(0)]
+                with m.If((beat == 6) & has_srh):
+                    with m.If(hel_now == 0):
+                        m.d.sync += [l4.eq(1), rel.eq(0)]
+                    with m.Else():
+                        m.d.sync += [pre.eq(1), rel.eq(hel_now - 1)]
+                with m.If(pre):
+                    with m.If(rel == 0):
+                        m.d.sync += [l4.eq(1), pre.eq(0)]
+                    with m.Else():
+                        m.d.sync += rel.eq(rel - 1)
 
-        # ------------------------------------------------------------ stage E: all checks
-        eof = Signal()                     # the frame that ended last cycle is in the registers
-        m.d.sync += eof.eq(fire & s.tlast)
+        def at_rel(k):
+            return l4 & (rel == k)
 
-        ethertype = be(hb, 12, 2)
-        version = hb(14)[4:8]
-        ecn = tc_lo[0:2]
-        flow_label = Cat(hb(17), hb(16), hb(15)[0:4])
-        plen = be(hb, 18, 2)
-        srh_nh, srh_type, segleft, last_entry = hb(54), hb(56), hb(57), hb(58)
-        srh_len = Mux(has_srh, 8 + 8 * hel, 0)
-        sport = be(lb, 0, 2)
-        dport = be(lb, 2, 2)
-        ulen = be(lb, 4, 2)
-        opcode = lb(8)
-        padcnt = lb(9)[4:6]
-        tver = lb(9)[0:4]
-        pkey = be(lb, 10, 2)
+        # rel ranges as bit decodes (no carry chains in the tready path)
+        rel_hi0 = rel[3:] == 0
+        rel_lt7 = rel_hi0 & (rel[0:3] != 7)            # rel <= 6
+        rel_ge6 = ~rel_hi0 | (rel[1:3] == 3)           # rel >= 6
+        pay_end = Signal()                 # past the last payload word a frame may write
+        with m.If(fire):
+            m.d.sync += pay_end.eq(~s.tlast & (pay_end | at_rel(HDR_SLOTS + MAX_PAYLOAD_WORDS - 2)))
+
+        # ---------------------------------------------------------------- field checks
+        eth_bad, ver_bad, trim_r = _data(), _data(), _data()     # (eth_bad: frame >= 14 bytes)
+        with m.If(fire & first):
+            m.d.sync += eth_bad.eq(0)
+        with m.If(fire & (beat == 1)):
+            tc_hi, tc_lo = lane(6)[0:4], lane(7)[4:8]
+            m.d.sync += [eth_bad.eq((be(4, 5) != ETHERTYPE_IPV6) & (~s.tlast | (nl1 >= 5))),
+                         ver_bad.eq(lane(6)[4:8] != 6),
+                         trim_r.eq(Cat(tc_lo[2:4], tc_hi) == self.trim_dscp)]
+        # plen: the IPv6 payload length (beat 2); from beat 7 on the UDP length + 5 (= SRH
+        # length subtracted): a frame of the right length ends at rel, bytes - 1 =
+        # plen >> 3, plen & 7.  18 bits, two's complement (negative: never equal to a
+        # 16-bit field).
+        plen = _data(18)
+        nh_udp = _data()
+        with m.If(fire & (beat == 2)):
+            m.d.sync += [plen.eq(be(2, 3)), nh_udp.eq(lane(4) == NH_UDP),
+                         has_srh.eq(lane(4) == NH_ROUTING)]
+
+        # DA (bytes 38..53: beat 4 lanes 6-7, beat 5, beat 6 lanes 0-5) against both forms
+        da_srv6 = Cat(Const(0, 80), self.own_usid, self.locator_block)
+
+        def da_byte(target, j):            # DA byte j (0 = first on the wire)
+            return target[8 * (15 - j):8 * (16 - j)]
+
+        def da_eq(target, lanes, j0):
+            return Cat(*[lane(ln) == da_byte(target, j0 + i) for i, ln in enumerate(lanes)]).all()
+        da6, dip = _data(), _data()
+        with m.If(fire & (beat == 4)):
+            m.d.sync += [da6.eq(da_eq(da_srv6, [6, 7], 0)), dip.eq(da_eq(self.own_ip, [6, 7], 0))]
+        with m.If(fire & (beat == 5)):
+            m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(8), 2)),
+                         dip.eq(dip & da_eq(self.own_ip, range(8), 2))]
+        with m.If(fire & (beat == 6)):
+            m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(6), 10)),
+                         dip.eq(dip & da_eq(self.own_ip, range(6), 10))]
+
+        srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
+        with m.If(fire & (beat == 6)):
+            m.d.sync += [srh_nh_udp.eq(lane(6) == NH_UDP),
+                         plen.eq(plen - Mux(has_srh, Cat(Const(3, 3), hel_now), -5))]
+        with m.If(fire & (beat == 7)):
+            # Hdr Ext Len < 2 * (Last Entry + 1); in beat 7, rel = Hdr Ext Len - 1 when pre
+            # is set, and Hdr Ext Len = 0 when not
+            m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
+                         srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
+        udp_len = Signal(18)
+        m.d.comb += udp_len.eq(plen - 5)
+
+        # transport fields: byte x of the UDP header is lane (x + 6) % 8 of beat b0 + (x + 6) // 8
+        opcode = _data(8)
+        dport_bad, ulen_bad, bth_bad = _data(), _data(), _data()
+        pad = _data(2)
+        with m.If(fire & at_rel(1)):
+            m.d.sync += [dport_bad.eq(be(0, 1) != ROCEV2_PORT),
+                         ulen_bad.eq(be(2, 3) != udp_len),
+                         opcode.eq(lane(6)), pad.eq(lane(7)[4:6]),
+                         bth_bad.eq(lane(7)[0:4] != 0)]
         is_data = (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
         has_imm = opcode == OP_WRITE_ONLY_IMM
         is_ack = opcode == OP_ACK
         is_probe = opcode == OP_PROBE
-        trimmed = is_data & (dscp == self.trim_dscp)
-        ext = Mux(is_data, Mux(has_imm, 20, 16), Mux(is_ack, 24, Mux(is_probe, 12, 0)))
-        hdr_need = 54 + srh_len + 20 + ext + 4
-
+        qp_hit = _data(qps)
+        with m.If(fire & at_rel(2)):
+            dqpn = be(3, 4, 5)
+            m.d.sync += [bth_bad.eq(bth_bad | (be(0, 1) != 0xFFFF)),
+                         qp_hit.eq(Cat(*[qp_valid[i] & (qp_qpn[i] == dqpn) for i in range(qps)]))]
         qp_found = qp_hit.any()
         qp_idx = Signal(3)
         for i in reversed(range(qps)):
             with m.If(qp_hit[i]):
                 m.d.comb += qp_idx.eq(i)
-        qp_mode = Signal(EvMode)
-        m.d.comb += qp_mode.eq(Array(q.mode.as_value() for q in qp_tab)[qp_idx])
-        mode_srv6 = qp_mode == EvMode.SRV6
-        pad_ok = padcnt == (-dmalen)[0:2]
-        data_len_ok = plen == srh_len + Mux(has_imm, 44, 40) + dmalen + padcnt
+        qmode = Signal(EvMode)
+        m.d.comb += qmode.eq(Array(q.as_value() for q in qp_mode)[qp_idx])
+        dmalen_hi0 = _data()               # dmalen[16:32] == 0
+        dmalen_bad = _data()               # the DMALEN check (ACK/PROBE at rel 2, DATA at rel 5)
+        exp_dml = _data(17)                # DATA: the dmalen the frame length implies
+        copy = _data()                     # DATA, not trimmed, dmalen good: payload follows
+        rec_size = _data(10)               # words of the record if it is a candidate
+        trimmed = is_data & trim_r
+        l4_fixed = Cat(pad, has_imm, Const(0b101, 3))     # 8 + 12 + 16 (+ 4) + pad
+        with m.If(fire & at_rel(2)):
+            m.d.sync += [dmalen_bad.eq((is_ack & (plen != 48 + 5)) | (is_probe & (plen != 36 + 5))),
+                         copy.eq(0), rec_size.eq(HDR_SLOTS + 1), exp_dml.eq(udp_len - l4_fixed)]
+        with m.If(fire & at_rel(4)):
+            m.d.sync += dmalen_hi0.eq(be(6, 7) == 0)
+        with m.If(fire & at_rel(5) & is_data):
+            dml = be(0, 1)                 # dmalen[0:16]
+            data_len_ok = dml == exp_dml
+            bad = (~dmalen_hi0 | (dml == 0) | (dml > MAX_DMALEN)
+                   | (pad != (-dml)[0:2]) | (~trimmed & ~data_len_ok))
+            m.d.sync += [dmalen_bad.eq(bad), copy.eq(~trimmed & ~bad),
+                         rec_size.eq(Mux(trimmed | bad, HDR_SLOTS + 1,
+                                         (dml[0:13] + 8 * HDR_SLOTS + 7) >> 3))]
 
-        flags = Signal(N_REASONS)
-        R = DropReason
-        checks = {
-            R.FRAMING: bad_keep | (flen > self._max_frame),
-            R.ETHERTYPE: (flen >= 14) & (ethertype != ETHERTYPE_IPV6),
-            R.RUNT: (flen < 14) | (flen < hdr_need),
-            R.VERSION: version != 6,
-            R.IPV6_LENGTH: plen + 54 != flen,
-            R.NEXT_HEADER: ~((nh == NH_UDP) | (has_srh & (srh_type == SRH_TYPE)
-                                               & (srh_nh == NH_UDP))),
-            R.SRH: has_srh & ((segleft != 0) | (segleft > last_entry)
-                              | (hel < 2 * (last_entry + 1))),
-            R.DA: ~(da_srv6 | da_ip) | (qp_found & Mux(mode_srv6, ~da_srv6, ~da_ip)),
-            R.UDP_PORT: dport != ROCEV2_PORT,
-            R.UDP_LENGTH: ulen + srh_len != plen,
+        # ---------------------------------------------------------------- ICRC (running CRC-32)
+        # The ICRC view of the frame (wire.icrc_view) from byte 6 on, ICRC bytes included,
+        # zero-filled to whole beats: a correct frame leaves the residue advanced by the
+        # fill bytes.  Mask selects are registered one beat ahead.
+        mk_b1, mk_b2, mk_r1, mk_r2 = _data(), _data(), _data(), _data()
+        with m.If(fire):
+            m.d.sync += [mk_b1.eq(first & ~s.tlast), mk_b2.eq(mk_b1 & ~s.tlast),
+                         mk_r1.eq(at_rel(0) & ~s.tlast), mk_r2.eq(mk_r1 & ~s.tlast)]
+        mask = (Mux(mk_b1, Const(0xFF0FFFFFFFFFFFFF, 64), 0)        # bytes 8..13, TC, FL
+                | Mux(mk_b2, Const(0x0000FF000000FFFF, 64), 0)      # FL, hop limit
+                | Mux(mk_r1, Const(0x0000FFFF00000000, 64), 0)      # UDP checksum
+                | Mux(mk_r2, Const(0x0000000000FF0000, 64), 0))     # BTH byte 4
+        keep_bits = Cat(*[s.tkeep[i].replicate(8) for i in range(8)])
+        crc = _data(32)
+        with m.If(fire):
+            m.d.sync += crc.eq(Mux(first, _CRC_AFTER_BEAT0,
+                                   crc32_update(crc, (td | mask) & keep_bits, 8)))
+
+        # ---------------------------------------------------------------- frame end (stage E)
+        # Length-dependent checks at the last beat; every other check one cycle later from
+        # the field registers (the next frame cannot change them before its beat 1).
+        # frame longer than max_frame: beats past index B, or beat B with more than r bytes
+        lim_b, lim_r = self._max_frame // 8, self._max_frame % 8
+        past_lim = Signal()
+        with m.If(fire):
+            m.d.sync += past_lim.eq(~s.tlast & (past_lim | (beat == lim_b)))
+        too_long = past_lim | ((beat == lim_b) & (nl1 >= lim_r))
+        ef_framing, ef_runt, ef_len = _data(), _data(), _data()
+        v_valid = Signal()
+        ext = Mux(is_data, Mux(has_imm, 20, 16), Mux(is_ack, 24, Mux(is_probe, 12, 0)))
+        runt_l4 = ~l4 | (rel_lt7 & (Cat(nl1, rel[0:3]) + 1 < 30 + ext))
+        with m.If(fire & s.tlast):
+            m.d.sync += [
+                ef_framing.eq(bad_keep | beat_bad | too_long | port_bad),
+                ef_runt.eq(runt_l4),
+                # (a frame ending before b0 is a RUNT) flen = 48 + SRH length + 8 rel + bytes
+                ef_len.eq(Cat(nl1, rel) != plen),
+            ]
+
+        # ---------------------------------------------------------------- stage V: verdict
+        # Reasons NEXT_HEADER..QPN are summarised at rel 3 (every field they need is in by
+        # then; a frame ending earlier is a RUNT, which ranks before them).
+        hdr_flags = Signal(R.QPN + 1 - R.NEXT_HEADER)
+        for reason, expr in {
+            R.NEXT_HEADER: ~(nh_udp | (has_srh & srh_type_ok & srh_nh_udp)),
+            R.SRH: has_srh & srh_bad,
+            R.DA: ~(da6 | dip) | (qp_found & Mux(qmode == EvMode.SRV6, ~da6, ~dip)),
+            R.UDP_PORT: dport_bad,
+            R.UDP_LENGTH: ulen_bad,
             R.OPCODE: ~(is_data | is_ack | is_probe),
-            R.BTH: (tver != 0) | (pkey != 0xFFFF),
+            R.BTH: bth_bad,
             R.QPN: ~qp_found,
-            R.DMALEN: (is_data & ((dmalen == 0) | (dmalen > MAX_DMALEN) | ~pad_ok
-                                  | (~trimmed & ~data_len_ok)))
-                      | (is_ack & (plen != srh_len + 48))
-                      | (is_probe & (plen != srh_len + 36)),
-            R.ICRC: 0,                     # in stage V1, when the CRC register is final
-        }
-        for reason, expr in checks.items():
-            m.d.comb += flags[reason].eq(expr)
-
-        ev = Mux(qp_mode == EvMode.UDP, sport[0:14], Cat(flow_label, sport[0:12]))
-
-        # stage V1 registers
-        v1_valid = Signal()
-        v1_flags = Signal(N_REASONS)
-        v1_pkt = Signal(RxPacket)
-        v1_is_data = Signal()
-        v1_need_icrc = Signal()
-        v1_copy = Signal()                 # accepted -> payload frame
-        v1_mr_pre = Signal(regions)
-        v1_end = [Signal(33, name=f"v1_end{i}") for i in range(regions)]
-        v1_off = [Signal(32, name=f"v1_off{i}") for i in range(regions)]
-        m.d.sync += [v1_valid.eq(eof), v1_flags.eq(flags), v1_is_data.eq(is_data),
-                     v1_copy.eq(is_data & ~trimmed), v1_mr_pre.eq(mr_pre),
-                     v1_need_icrc.eq(~trimmed)]
-        for i in range(regions):
-            m.d.sync += [v1_end[i].eq(mr_off[i][0:32] + dmalen), v1_off[i].eq(mr_off[i][0:32])]
-        p = v1_pkt
-        m.d.sync += [
-            p.kind.eq(Mux(is_ack, RxKind.ACK, Mux(is_probe, RxKind.PROBE, RxKind.DATA))),
-            p.port.eq(self._port),
-            p.qp.eq(qp_idx),
-            p.psn.eq(be(lb, 17, 3)),
-            p.opcode.eq(opcode),
-            p.last.eq(lb(16)[7]),
-            p.has_imm.eq(has_imm),
-            p.imm.eq(Mux(has_imm, be(lb, 36, 4), 0)),
-            p.va.eq(Mux(is_data, va, 0)),
-            p.length.eq(Mux(is_data, dmalen[0:13], 0)),
-            p.ev.eq(ev),
-            p.ecn_ce.eq(ecn == 3),
-            p.trimmed.eq(trimmed),
-            p.probe_id.eq(Mux(is_probe, be(lb, 26, 2), 0)),
-            p.ts.eq(Mux(is_probe, be(lb, 28, 4), 0)),
-            p.ack.syndrome.eq(Mux(is_ack, lb(20), 0)),
-            p.ack.msn.eq(Mux(is_ack, be(lb, 21, 3), 0)),
-            p.ack.ev.eq(Mux(is_ack, be(lb, 24, 4), 0)),
-            p.ack.flags.eq(Mux(is_ack, lb(28), 0)),
-            p.ack.base_psn.eq(Mux(is_ack, be(lb, 29, 3), 0)),
-            p.ack.bitmap.eq(Mux(is_ack, be(lb, 32, 8), 0)),
-            p.ack.ts.eq(Mux(is_ack, be(lb, 40, 4), 0)),
+        }.items():
+            m.d.comb += hdr_flags[reason - R.NEXT_HEADER].eq(expr)
+        hdr_bad, hdr_reason = _data(), _data(4)
+        with m.If(fire & at_rel(3)):
+            m.d.sync += hdr_bad.eq(hdr_flags.any())
+            for i in reversed(range(len(hdr_flags))):
+                with m.If(hdr_flags[i]):
+                    m.d.sync += hdr_reason.eq(R.NEXT_HEADER + i)
+        early_reason = Signal(4)
+        early = [(ef_framing, R.FRAMING), (eth_bad, R.ETHERTYPE), (ef_runt, R.RUNT),
+                 (ver_bad, R.VERSION), (ef_len, R.IPV6_LENGTH)]
+        m.d.comb += early_reason.eq(hdr_reason)
+        for flag, reason in reversed(early):
+            with m.If(flag):
+                m.d.comb += early_reason.eq(reason)
+        cand = ~(ef_framing | eth_bad | ef_runt | ver_bad | ef_len | hdr_bad)
+        # zero bytes after the ICRC in the last beat: -(IPv6 payload length + 54) mod 8
+        fill = ~plen[0:3]
+        icrc_bad = ~trimmed & (crc32_final(crc) != Array(Const(c, 32) for c in _ICRC_PADDED)[fill])
+        meta = Signal(_Meta)
+        m.d.comb += [
+            meta.cand.eq(cand), meta.reason.eq(early_reason), meta.port.eq(port_r),
+            meta.size.eq(Mux(cand, rec_size, 1)),
+            meta.dmalen_bad.eq(dmalen_bad), meta.icrc_bad.eq(icrc_bad),
+            meta.trimmed.eq(trimmed), meta.udp.eq(qmode == EvMode.UDP), meta.copy.eq(copy),
+            meta.opcode.eq(opcode), meta.qp.eq(qp_idx),
         ]
+        # the word at commit_ptr is free unless the buffer is full
+        full = (commit_ptr[abits] != rd_lim[abits]) & (commit_ptr[:abits] == rd_lim[:abits])
+        v_do = v_valid & ~full
+        # (a frame's first beat waits while the previous verdict cannot be written)
+        m.d.sync += v_valid.eq((fire & s.tlast) | (v_valid & full))
+        commit_cand = Signal(abits + 1)
+        commit_drop = Signal(abits + 1)
+        m.d.comb += [commit_cand.eq(commit_ptr + rec_size), commit_drop.eq(commit_ptr + 1)]
+        with m.If(v_do):
+            m.d.sync += commit_ptr.eq(Mux(cand, commit_cand, commit_drop))
 
-        # ------------------------------------------------------------ stage V2: region, verdict
-        mr_ok = Signal(regions)
-        for i, r in enumerate(mr_tab):
-            m.d.comb += mr_ok[i].eq(v1_mr_pre[i] & (v1_end[i] <= r.length))
-        addr = Signal(32)
-        for i in reversed(range(regions)):
-            with m.If(mr_ok[i]):
-                m.d.comb += addr.eq(mr_tab[i].base + v1_off[i])
-        all_flags = Signal(N_REASONS)
-        m.d.comb += all_flags.eq(v1_flags)
-        m.d.comb += [all_flags[R.RKEY].eq(v1_is_data & ~mr_ok.any()),
-                     all_flags[R.ICRC].eq(v1_need_icrc & (crc32_final(crc_end) != ICRC_RESIDUE))]
-        reason = Signal(range(N_REASONS))
-        for i in reversed(range(N_REASONS)):
-            with m.If(all_flags[i]):
-                m.d.comb += reason.eq(i)
+        # ---------------------------------------------------------------- buffer writes
+        # beat 2 -> slot 1; beat b0 + k -> slot 1 + k (k = 1..6, and up to the last payload
+        # word for DATA).  Words x0.. are realigned by 6 lanes (x = 8j .. 8j + 7), the payload
+        # of a DATA frame without ImmDt by 2 lanes (it starts at x36).
+        prev = _data(48)                  # bytes 2..7 of the previous beat
+        with m.If(fire):
+            m.d.sync += prev.eq(td[16:64])
+        beat_wr = (beat == 2) | (l4 & (rel != 0) & (rel_lt7 | (is_data & ~pay_end)))
+        shift2 = l4 & is_data & ~has_imm & rel_ge6
+        beat_addr = commit_ptr + 1 + Mux(l4, rel, 0)
+        # Registered space check for the word after this beat's: the next write address
+        # is at most beat_addr + 1 (commit_ptr moves only at a frame's first beat, two
+        # beats before its first write), and rd_lim only moves up.
+        space_ok = _data()
+        ahead = Signal(abits + 1)
+        m.d.comb += ahead.eq(beat_addr - rd_lim)
+        m.d.sync += space_ok.eq(~ahead[abits] & (ahead[:abits] != depth - 1))
+        with m.If(v_do):
+            m.d.comb += [wp.en.eq(1), wp.addr.eq(commit_ptr), wp.data.eq(meta.as_value())]
+        with m.Else():
+            m.d.comb += [wp.en.eq(fire & beat_wr), wp.addr.eq(beat_addr),
+                         wp.data.eq(Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48])))]
+        m.d.comb += tready.eq(~(beat_wr & ~space_ok) & ~(first & v_valid & full))
 
-        v2_valid = Signal()
-        v2_accept = Signal()
-        v2_reason = Signal(range(N_REASONS))
-        v2_pkt = Signal(RxPacket)
-        v2_copy = Signal()
-        m.d.sync += [v2_valid.eq(v1_valid), v2_accept.eq(all_flags == 0), v2_reason.eq(reason),
-                     v2_pkt.eq(v1_pkt), v2_pkt.addr.eq(Mux(v1_is_data, addr, 0)),
-                     v2_copy.eq(v1_copy)]
+        # ================================================================ counters
+        n_drop = planes * N_REASONS
+        n_cnt = n_drop + 3
+        cnt_out = [Signal(32, name=f"cnt{i}") for i in range(n_cnt)]
+        cmem = memory.Memory(shape=32, depth=n_cnt, init=[],
+                             attrs={"ram_style": "block", "no_rw_check": 1})
+        m.submodules.counters = cmem
+        c_rp = cmem.read_port(domain="sync")
+        c_wp = cmem.write_port()
+        ev_en = Signal()                   # count event this cycle (at most one per 3 cycles)
+        ev_idx = Signal(range(n_cnt))
+        ev_en_r, ev_en_rr = Signal(), Signal()
+        ev_idx_r, ev_idx_rr = _data(range(n_cnt)), _data(range(n_cnt))
+        clr_busy = Signal(init=1)          # zeroing the counter memory after reset
+        clr_idx = Signal(range(n_cnt))
+        m.d.comb += [c_rp.addr.eq(ev_idx), c_rp.en.eq(1)]
+        m.d.sync += [ev_en_r.eq(ev_en), ev_idx_r.eq(ev_idx),
+                     ev_en_rr.eq(ev_en_r), ev_idx_rr.eq(ev_idx_r)]
+        c_raw = _data(32)                  # the counter read in the previous cycle
+        m.d.sync += c_raw.eq(c_rp.data)
+        inc = Signal(32)
+        m.d.comb += inc.eq(c_raw + 1)
+        with m.If(clr_busy):
+            m.d.comb += [c_wp.en.eq(1), c_wp.addr.eq(clr_idx), c_wp.data.eq(0)]
+            m.d.sync += clr_idx.eq(clr_idx + 1)
+            with m.If(clr_idx == n_cnt - 1):
+                m.d.sync += clr_busy.eq(0)
+        with m.Else():
+            m.d.comb += [c_wp.en.eq(ev_en_rr), c_wp.addr.eq(ev_idx_rr), c_wp.data.eq(inc)]
+        with m.If(ev_en_rr):
+            with m.Switch(ev_idx_rr):
+                for i in range(n_cnt):
+                    with m.Case(i):
+                        m.d.sync += cnt_out[i].eq(inc)
+        if shared:
+            for p in range(planes):
+                for i in range(N_REASONS):
+                    m.d.comb += getattr(self, f"drops_p{p}")[i].eq(cnt_out[p * N_REASONS + i])
+        else:
+            for i in range(N_REASONS):
+                m.d.comb += self.drops[i].eq(cnt_out[i])
+        for k in range(3):
+            m.d.comb += self.accepted[k].eq(cnt_out[n_drop + k])
 
-        # ------------------------------------------------------------ stage V3: act
-        drop_cnt = Array(Signal(32, name=f"drop_cnt{i}") for i in range(N_REASONS))
-        acc_cnt = Array(Signal(32, name=f"accept_cnt{i}") for i in range(3))
-        for i in range(N_REASONS):
-            m.d.comb += self.drops[i].eq(drop_cnt[i])
-        for i in range(3):
-            m.d.comb += self.accepted[i].eq(acc_cnt[i])
-        take = v2_valid & v2_accept
-        with m.If(v2_valid & ~v2_accept):
-            m.d.sync += drop_cnt[v2_reason].eq(drop_cnt[v2_reason] + 1)
-        with m.If(take):
-            m.d.sync += acc_cnt[v2_pkt.kind.as_value()].eq(acc_cnt[v2_pkt.kind.as_value()] + 1)
-        m.d.comb += [pkt_fifo.w_en.eq(take), pkt_fifo.w_data.eq(v2_pkt.as_value()),
-                     self.pkt.valid.eq(pkt_fifo.r_rdy), self.pkt.payload.eq(pkt_fifo.r_data),
-                     pkt_fifo.r_en.eq(self.pkt.ready)]
-        with m.If(take & v2_copy):
-            m.d.sync += commit_ptr.eq(commit_ptr + ((v2_pkt.length + 7) >> 3))
-        m.d.comb += [desc_fifo.w_en.eq(take & v2_copy), desc_fifo.w_data.eq(v2_pkt.length)]
+        def drop_idx(port, reason):
+            return Cat(Const(reason, 4), port[0:3]) if shared else Const(reason, range(n_cnt))
 
-        # ------------------------------------------------------------ payload buffer (read side)
+        # ================================================================ read side
+        rdw = rp.data
+
+        def rlane(i):
+            return rdw[8 * i:8 * i + 8]
+
+        def rbe(*lanes):
+            return Cat(*[rlane(i) for i in reversed(lanes)])
+
+        # the pkt register (kind and has_imm follow from the opcode of an accepted frame)
+        o_port, o_qp, o_opcode = _data(3), _data(3), _data(8)
+        o_psn, o_last, o_imm, o_va = _data(24), _data(), _data(32), _data(64)
+        o_addr, o_len, o_ev, o_ecn, o_trim = _data(32), _data(13), _data(32), _data(2), _data()
+        o_pid, o_ts = _data(16), _data(32)
+        a_syn, a_msn, a_ev, a_flags = _data(8), _data(24), _data(32), _data(8)
+        a_bpsn, a_bitmap, a_ts = _data(24), _data(64), _data(32)
+        o_valid = Signal()
+        r_data = (o_opcode == OP_WRITE_ONLY) | (o_opcode == OP_WRITE_ONLY_IMM)
+        r_imm = o_opcode == OP_WRITE_ONLY_IMM
+        r_ack = o_opcode == OP_ACK
+        r_probe = o_opcode == OP_PROBE
+        p = self.pkt.payload
+        m.d.comb += [
+            self.pkt.valid.eq(o_valid),
+            p.kind.eq(Cat(o_opcode[7], o_opcode[4])),    # 0x0A/0x0B DATA, 0xC0 PROBE, 0x11 ACK
+            p.port.eq(o_port if shared else self._port), p.qp.eq(o_qp),
+            p.psn.eq(o_psn), p.opcode.eq(o_opcode), p.last.eq(o_last),
+            p.has_imm.eq(o_opcode[0] & ~o_opcode[4]), p.imm.eq(o_imm), p.va.eq(o_va),
+            p.addr.eq(o_addr), p.length.eq(o_len), p.ev.eq(o_ev), p.ecn_ce.eq(o_ecn.all()),
+            p.trimmed.eq(o_trim), p.probe_id.eq(o_pid), p.ts.eq(o_ts),
+            p.ack.syndrome.eq(a_syn), p.ack.msn.eq(a_msn), p.ack.ev.eq(a_ev),
+            p.ack.flags.eq(a_flags), p.ack.base_psn.eq(a_bpsn), p.ack.bitmap.eq(a_bitmap),
+            p.ack.ts.eq(a_ts),
+        ]
+        with m.If(self.pkt.ready):
+            m.d.sync += o_valid.eq(0)
+
+        IDLE, HEAD, PAY = 0, 1, 2
+        st = Signal(2)
+        hs = Signal(5)                     # HEAD step: rp.data holds slot SLOTS[hs]
+        rd_ptr = Signal(abits + 1)         # first word of the current record
+        pay_addr = Signal(abits + 1)
+        pay_left = Signal(10)              # payload words still to read
+        r_dmalen_bad, r_icrc_bad, r_udp, r_copy = _data(), _data(), _data(), _data()
+        r_cand, r_reason = _data(), _data(4)
+        rd_addr = Signal(abits + 1)
+        m.d.comb += [rp.addr.eq(rd_addr[:abits]),
+                     rd_lim.eq(Mux(st == PAY, pay_addr, rd_ptr))]
+
         o = self.payload
-        cur_valid = Signal()
-        cur_left = Signal(10)              # words of the current payload frame still to fetch
-        cur_keep = Signal(8)
-        o_valid, o_last, o_keep = Signal(), Signal(), Signal(8)
-        adv = ~o_valid | o.tready
-        issue = adv & cur_valid
-        m.d.comb += [rp.en.eq(adv), rp.addr.eq(rd_ptr[:abits]),
-                     o.tvalid.eq(o_valid), o.tlast.eq(o_last), o.tkeep.eq(o_keep),
-                     o.tdata.eq(rp.data)]
-        with m.If(adv):
-            m.d.sync += [o_valid.eq(issue), o_last.eq(cur_left == 1),
-                         o_keep.eq(Mux(cur_left == 1, cur_keep, 0xFF))]
-        with m.If(issue):
-            m.d.sync += [rd_ptr.eq(rd_ptr + 1), cur_left.eq(cur_left - 1)]
-            with m.If(cur_left == 1):
-                m.d.sync += cur_valid.eq(0)
-        d_len = desc_fifo.r_data
+        p_valid, p_last = Signal(), _data()
+        adv = ~p_valid | o.tready
+        issue = Signal()
+        # (the pkt register holds the length until the payload has been sent)
         keeps = Array(Const((1 << (k + 1)) - 1, 8) for k in range(8))
-        with m.If((~cur_valid | (issue & (cur_left == 1))) & desc_fifo.r_rdy):
-            m.d.comb += desc_fifo.r_en.eq(1)
-            m.d.sync += [cur_valid.eq(1), cur_left.eq((d_len + 7) >> 3),
-                         cur_keep.eq(keeps[(d_len - 1)[0:3]])]
+        m.d.comb += [rp.en.eq(adv), o.tvalid.eq(p_valid), o.tlast.eq(p_last),
+                     o.tkeep.eq(Mux(p_last, keeps[(o_len - 1)[0:3]], 0xFF)), o.tdata.eq(rdw)]
+        pay_last = pay_left == 1
+        with m.If(adv):
+            m.d.sync += [p_valid.eq(issue), p_last.eq(pay_last)]
+
+        # read order after the meta word: x16.., x24.., x32.. (region check inputs), x0..,
+        # bytes 14..21, x40..
+        slots = [0, 4, 5, 6, 2, 1, 7]
+        rec_end = Signal(abits + 1)        # the word after a DATA record with its payload
+        m.d.comb += rec_end.eq(rd_ptr + ((o_len + 8 * HDR_SLOTS + 7) >> 3))
+        decide = max(7, regions + 5)       # hs of the verdict
+        nxt_slot = Array(Const(sl, 3) for sl in slots[1:] + [0])[hs[0:3]]
+        mv = _Meta(rdw[0:_Meta.size])
+
+        # region checker: stage A (hs = 3 + i), B (4 + i), C (5 + i) for region i
+        rkey = Cat(a_bpsn, a_flags)
+        dmalen = a_bitmap[32:64]
+        d1_lo, e_end = _data(32), _data(33)
+        ok_a, ok_b, found = _data(), _data(), _data()
+        # stage enables and region addresses, registered (set for the next hs)
+        act_a, act_b, act_c = Signal(), Signal(), Signal()
+        reg_a, reg_b, reg_c = _data(rbits), _data(rbits), _data(rbits)
+        hs_n = hs + 1
+        m.d.sync += [act_a.eq((st == HEAD) & r_data & (hs_n >= 3) & (hs_n < 3 + regions)),
+                     reg_a.eq((hs_n - 3)[0:rbits]),
+                     act_b.eq(act_a), reg_b.eq(reg_a), act_c.eq(act_b), reg_c.eq(reg_b)]
+        m.d.comb += [mr_ra.addr.eq(reg_a), mr_rb.addr.eq(reg_b), mr_rc.addr.eq(reg_c)]
+        r_valid, r_rkey, r_va = mr_ra.data[0], mr_ra.data[1:33], mr_ra.data[33:97]
+        # 0 <= VA - region VA < 2**32: the low halves' difference, and the high halves equal
+        # (no borrow) or one apart (borrow)
+        d1 = Signal(33)
+        va_hi_m1 = Signal(33)              # (from the pkt register, not through the table)
+        m.d.comb += [d1.eq(o_va[0:32] - r_va[0:32]), va_hi_m1.eq(o_va[32:64] - 1)]
+        borrow, hi_eq0, hi_eq1 = _data(), _data(), _data()
+        m.d.sync += [d1_lo.eq(d1[0:32]), borrow.eq(d1[32]),
+                     hi_eq0.eq(o_va[32:64] == r_va[32:64]), hi_eq1.eq(va_hi_m1 == r_va[32:64]),
+                     ok_a.eq(act_a & r_valid & (r_rkey == rkey)),
+                     e_end.eq(d1_lo + dmalen), ok_b.eq(ok_a & Mux(borrow, hi_eq1, hi_eq0))]
+        ok_c = act_c & ok_b & (e_end <= mr_rc.data)
+        with m.If(act_b & ~found & ~ok_c):
+            m.d.sync += o_addr.eq(mr_rb.data + d1_lo)
+        with m.If(ok_c):
+            m.d.sync += found.eq(1)
+
+        with m.Switch(st):
+            with m.Case(IDLE):
+                m.d.comb += rd_addr.eq(rd_ptr)
+                # (records wait while the pkt register is busy)
+                with m.If(adv & (rd_ptr != commit_ptr) & ~clr_busy & ~o_valid):
+                    m.d.sync += [st.eq(HEAD), hs.eq(0)]
+            with m.Case(HEAD):
+                m.d.comb += rd_addr.eq(rd_ptr + nxt_slot)
+                m.d.sync += hs.eq(hs + 1)
+                with m.Switch(hs):
+                    with m.Case(0):        # meta (registered as it is, decoded at hs 1)
+                        m.d.sync += [o_port.eq(mv.port), o_qp.eq(mv.qp),
+                                     o_opcode.eq(mv.opcode), o_trim.eq(mv.trimmed),
+                                     o_addr.eq(0), found.eq(0), r_cand.eq(mv.cand),
+                                     r_reason.eq(mv.reason), r_dmalen_bad.eq(mv.dmalen_bad),
+                                     r_icrc_bad.eq(mv.icrc_bad), r_udp.eq(mv.udp),
+                                     r_copy.eq(mv.copy)]
+                    with m.Case(1):        # x16..23
+                        with m.If(~r_cand):                   # a drop record: count it
+                            m.d.comb += [ev_en.eq(1), ev_idx.eq(
+                                Cat(r_reason, o_port) if shared else r_reason)]
+                            m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE)]
+                        m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3)),
+                                     o_va[32:64].eq(Mux(r_data, rbe(4, 5, 6, 7), 0)),
+                                     a_syn.eq(Mux(r_ack, rlane(4), 0)),
+                                     a_msn.eq(Mux(r_ack, rbe(5, 6, 7), 0))]
+                    with m.Case(2):        # x24..31 (rkey kept in ack.flags/base_psn)
+                        m.d.sync += [o_va[0:32].eq(Mux(r_data, rbe(0, 1, 2, 3), 0)),
+                                     a_ev.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0)),
+                                     o_pid.eq(Mux(r_probe, rbe(2, 3), 0)),
+                                     o_ts.eq(Mux(r_probe, rbe(4, 5, 6, 7), 0)),
+                                     a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
+                    with m.Case(3):        # x32..39 (dmalen kept in ack.bitmap)
+                        m.d.sync += [o_len.eq(Mux(r_data, rbe(0, 1, 2, 3)[0:13], 0)),
+                                     o_imm.eq(Mux(r_imm, rbe(4, 5, 6, 7), 0)),
+                                     a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))]
+                    with m.Case(4):        # x0..7: UDP source port
+                        sport = rbe(0, 1)
+                        with m.If(r_udp):
+                            m.d.sync += o_ev.eq(sport[0:14])
+                        with m.Else():
+                            m.d.sync += o_ev[20:32].eq(sport[0:12])
+                    with m.Case(5):        # bytes 14..21: ECN, flow label
+                        m.d.sync += o_ecn.eq(rlane(1)[4:6])
+                        with m.If(~r_udp):
+                            m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
+                    with m.Case(6):        # x40..47
+                        m.d.sync += a_ts.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0))
+                    with m.Case(decide):
+                        rkey_bad = r_data & ~found
+                        accept = ~rkey_bad & ~r_dmalen_bad & ~r_icrc_bad
+                        late = Mux(rkey_bad, R.RKEY, Mux(r_dmalen_bad, R.DMALEN, R.ICRC))
+                        m.d.comb += [ev_en.eq(1), ev_idx.eq(Mux(
+                            accept, n_drop + Cat(o_opcode[7], o_opcode[4]),
+                            Cat(late, o_port) if shared else late))]
+                        with m.If(accept):
+                            m.d.sync += o_valid.eq(1)
+                            with m.If(~r_ack):
+                                m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
+                        with m.If(accept & r_copy):
+                            m.d.sync += [st.eq(PAY), pay_addr.eq(rd_ptr + HDR_SLOTS),
+                                         pay_left.eq((o_len + 7) >> 3)]
+                        with m.Else():
+                            m.d.sync += [st.eq(IDLE),
+                                         rd_ptr.eq(Mux(r_copy, rec_end, rd_ptr + HDR_SLOTS + 1))]
+            with m.Case(PAY):
+                m.d.comb += [rd_addr.eq(pay_addr), issue.eq(adv)]
+                with m.If(issue):
+                    m.d.sync += [pay_addr.eq(pay_addr + 1), pay_left.eq(pay_left - 1)]
+                    with m.If(pay_last):
+                        m.d.sync += [st.eq(IDLE), rd_ptr.eq(pay_addr + 1)]
         return m

@@ -39,9 +39,9 @@ class RxHarness(wiring.Component):
     the path-table write port ``pt_w_en``/``pt_w_addr``/``pt_w_data``.
     """
 
-    def __init__(self, ports: int = 4):
+    def __init__(self, ports: int = 4, shared_parser: bool = False):
         self._ports = ports
-        self._rx = RxPipeline(ports=ports)
+        self._rx = RxPipeline(ports=ports, shared_parser=shared_parser)
         members = {name: member for name, member in self._rx.signature.members.items()
                    if name not in ("spray_req", "spray_decision", "probe")}
         members.update({"pt_w_en": In(1), "pt_w_addr": In(8), "pt_w_data": In(PathEntry)})
@@ -79,6 +79,7 @@ class RxJob:
     verdicts: bool = True
     gap: int = 0                 # idle cycles between frames in streaming mode
     max_cycles: int = 3_000_000
+    shared_parser: bool = False  # one RxParser behind a PlaneMux (the board configuration)
 
 
 @dataclass
@@ -104,6 +105,7 @@ class RxResult:
     in_cycles: int
     frame_cycles: list = field(default_factory=list)
     build_dir: str = ""
+    plane_drops: list = field(default_factory=list)   # per plane: reason -> count
 
 
 def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
@@ -120,16 +122,18 @@ def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
     job_file.write_text(json.dumps(dict(
         config=str(Path(job.config).resolve()), frames=[(p, f.hex()) for p, f in job.frames],
         verdicts=job.verdicts, gap=job.gap, max_cycles=job.max_cycles, ports=ports)))
-    run_rtl(RxHarness(ports=ports), toplevel="mrcnic_rx", test_module="mrcnic.sim.rx_tb",
+    shared = job.shared_parser
+    run_rtl(RxHarness(ports=ports, shared_parser=shared), toplevel="mrcnic_rx",
+            test_module="mrcnic.sim.rx_tb",
             build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
-            waves=waves, quiet=True, cache_key=f"rx-p{ports}")
+            waves=waves, quiet=True, cache_key=f"rx-p{ports}" + ("-shared" if shared else ""))
     r = json.loads(out_file.read_text())
     return RxResult(verdicts=r["verdicts"], cpl_counts=r["cpl_counts"], writes={int(k): v for k, v in r["writes"].items()},
                     memory=bytes.fromhex(r["memory"]), completions=r["completions"],
                     acks=[(p, bytes.fromhex(f)) for p, f in r["acks"]], drops=r["drops"],
                     counters=r["counters"], in_beats=r["in_beats"],
                     frame_cycles=r["frame_cycles"], in_cycles=r["in_cycles"],
-                    build_dir=str(build_dir))
+                    build_dir=str(build_dir), plane_drops=r["plane_drops"])
 
 
 # --------------------------------------------------------------------------
@@ -252,10 +256,11 @@ class RxTb:
         dut.mr_w_en.value = 0
         await ClockCycles(dut.clk, 8)
 
-    def drops(self):
+    def drops(self, planes=None):
+        """Dropped frames per reason name, summed over ``planes`` (default: all)."""
         from mrcnic.rtl.rx_parser import DropReason
         total = {r.name: 0 for r in DropReason}
-        for i in range(self.ports):
+        for i in range(self.ports) if planes is None else planes:
             raw = int(getattr(self.dut, f"drops_p{i}").value)
             for r in DropReason:
                 total[r.name] += raw >> (32 * r.value) & 0xFFFFFFFF
@@ -336,6 +341,7 @@ if cocotb is not None:
         Path(tb_param("out")).write_text(json.dumps(dict(
             verdicts=verdicts, cpl_counts=cpl_counts, writes={str(k): v for k, v in tb.writes.items()},
             memory=memory.hex(), completions=completions, acks=acks, drops=tb.drops(),
+            plane_drops=[tb.drops([i]) for i in range(tb.ports)],
             counters=counters, in_beats=tb.in_beats, frame_cycles=tb.frame_cycles,
             in_cycles=(tb.last_in - tb.first_in + 1) if tb.in_beats else 0)))
 

@@ -63,8 +63,9 @@ def check_acks(result, evs):
     return [Ether(f) for _, f in result.acks]
 
 
-@pytest.mark.parametrize("order", ["in_order", "permuted_dups"])
-def test_64k_write_lands_exactly_once(tmp_path, order):
+@pytest.mark.parametrize("order,shared", [("in_order", False), ("permuted_dups", False),
+                                          ("permuted_dups", True)])
+def test_64k_write_lands_exactly_once(tmp_path, order, shared):
     data = random.Random(3).randbytes(65536)
     frames = data_frames(data)
     rng = random.Random(11)
@@ -77,7 +78,8 @@ def test_64k_write_lands_exactly_once(tmp_path, order):
         last_new = max(i for i, f in enumerate(frames) if frames.index(f) == i)
     else:
         last_new = len(frames) - 1
-    result = run_rx(RxJob(NIC1, frames=[(p, f) for p, f, _ in frames]), tmp_path)
+    result = run_rx(RxJob(NIC1, frames=[(p, f) for p, f, _ in frames], shared_parser=shared),
+                    tmp_path)
     assert all(v == "accepted" for v in result.verdicts), result.verdicts
     check_placed(result, data)
     assert len(result.completions) == 1
@@ -158,22 +160,25 @@ def _bad_frames():
     ]
 
 
-def test_each_validation_rule_drops_and_counts(tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["parser_per_plane", "shared_parser"])
+def test_each_validation_rule_drops_and_counts(tmp_path, shared):
+    """Each rule drops and counts on the plane the frame came in on (also with one shared parser)."""
     bad = _bad_frames()
     data = random.Random(8).randbytes(64 * len(bad))
     goods = data_frames(data, pmtu=64)
-    seq, expect = [], []
-    for (reason, frame), (plane, g, _) in zip(bad, goods):
-        seq += [(0, frame), (plane, g)]
+    seq, expect, counts = [], [], []
+    for k, ((reason, frame), (plane, g, _)) in enumerate(zip(bad, goods)):
+        bad_plane = k % 2
+        seq += [(bad_plane, frame), (plane, g)]
         expect += [f"dropped:{reason}", "accepted"]
-    result = run_rx(RxJob(NIC1, frames=seq), tmp_path)
+        counts.append((bad_plane, reason))
+    result = run_rx(RxJob(NIC1, frames=seq, shared_parser=shared), tmp_path)
     assert result.verdicts == expect
     check_placed(result, data)
-    counts = {}
-    for reason, _ in bad:
-        counts[reason] = counts.get(reason, 0) + 1
-    for reason in DropReason:
-        assert result.drops[reason.name] == counts.get(reason.name, 0), reason.name
+    for p, per_plane in enumerate(result.plane_drops):
+        for reason in DropReason:
+            want = sum(1 for bp, r in counts if bp == p and r == reason.name)
+            assert per_plane[reason.name] == want, (p, reason.name)
 
 
 def _mutants(rng, base_frames, n):

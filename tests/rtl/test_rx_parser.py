@@ -10,6 +10,7 @@ import ipaddress
 import random
 import struct
 import zlib
+from collections import deque
 
 import cocotb
 from cocotb.triggers import RisingEdge
@@ -250,20 +251,69 @@ INPUTS = ["s_axis__tvalid", "s_axis__tdata", "s_axis__tkeep", "s_axis__tlast", "
           "qp_w_en", "qp_w_addr", "qp_w_data", "mr_w_en", "mr_w_addr", "mr_w_data"]
 
 
+class TaggedSource:
+    """Drives ``s_axis`` with ``s_port`` (the frame's plane) on every beat, random idle cycles.
+
+    Between beats ``s_port`` carries garbage: the parser must take it with the beats only.
+    """
+
+    def __init__(self, dut, seed):
+        self.dut, self.rng = dut, random.Random(seed)
+        self.queue, self.busy = deque(), False
+        cocotb.start_soon(self._run())
+
+    async def send(self, frame, port, tkeep=None):
+        self.queue.append((frame, port, tkeep))
+
+    def empty(self):
+        return not self.queue and not self.busy
+
+    async def _run(self):
+        d = self.dut
+        while True:
+            if not self.queue:
+                self.busy = False
+                d.s_axis__tvalid.value = 0
+                await RisingEdge(d.clk)
+                continue
+            self.busy = True
+            frame, port, tkeep = self.queue.popleft()
+            keep = tkeep or [1] * len(frame)
+            nbeats = (len(frame) + 7) // 8
+            for k in range(nbeats):
+                while self.rng.random() < 0.2:
+                    d.s_axis__tvalid.value = 0
+                    d.s_port.value = self.rng.randrange(8)
+                    await RisingEdge(d.clk)
+                chunk = frame[8 * k:8 * k + 8]
+                d.s_axis__tdata.value = int.from_bytes(chunk.ljust(8, b"\0"), "little")
+                d.s_axis__tkeep.value = sum(keep[8 * k + i] << i for i in range(len(chunk)))
+                d.s_axis__tlast.value = int(k == nbeats - 1)
+                d.s_axis__tvalid.value = 1
+                d.s_port.value = port
+                await RisingEdge(d.clk)
+                while not int(d.s_axis__tready.value):
+                    await RisingEdge(d.clk)
+
+
 class TB:
     """Owns the DUT: frame source, record and payload sinks, table set-up, counters."""
 
-    def __init__(self, dut, backpressure=False, seed=1):
+    def __init__(self, dut, backpressure=False, seed=1, tagged=False):
         self.dut = dut
         self.rng = random.Random(seed)
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
-                                      dut.clk, dut.rst)
+        if tagged:
+            self.source = TaggedSource(dut, seed + 2)
+        else:
+            self.source = AxiStreamSource(
+                AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "payload", bus_separator="__"),
                                   dut.clk, dut.rst)
         prng = random.Random(seed + 1)
         pause = (lambda: prng.random() < 0.3) if backpressure else None
         if backpressure:
-            self.source.set_pause_generator(iter(lambda: prng.random() < 0.2, None))
+            if not tagged:               # (the tagged source inserts its own idle cycles)
+                self.source.set_pause_generator(iter(lambda: prng.random() < 0.2, None))
             self.sink.set_pause_generator(iter(lambda: prng.random() < 0.3, None))
         self.pkts = StreamSink(dut, "pkt", dut.clk, pause=pause)
 
@@ -315,9 +365,15 @@ class TB:
         return recs, pays
 
 
-def check_output(recs, pays, frames):
-    """Records and payloads must be exactly those Scapy expects for ``frames``, in order."""
+def check_output(recs, pays, frames, ports=None):
+    """Records and payloads must be exactly those Scapy expects for ``frames``, in order.
+
+    ``ports``: the plane each frame was tagged with (shared mode); else every frame is on PORT.
+    """
     exp = [expect(f) for f in frames]
+    if ports is not None:
+        for (want, _), port in zip(exp, ports):
+            want["port"] = port
     assert len(recs) == len(exp), f"{len(recs)} records for {len(exp)} accepted frames"
     for i, (got, (want, _)) in enumerate(zip(recs, exp)):
         for k, v in want.items():
@@ -329,7 +385,7 @@ def check_output(recs, pays, frames):
 
 
 async def setup(dut, **kw):
-    await start(dut, INPUTS)
+    await start(dut, INPUTS + (["s_port"] if kw.get("tagged") else []))
     tb = TB(dut, **kw)
     await tb.configure()
     return tb
@@ -578,7 +634,77 @@ async def run_throughput(dut):
         assert stalls == 0 and beats == cycles, f"payload {size}: {beats} beats / {cycles} cycles"
 
 
+SHARED_PORTS = 3          #: planes of the shared-mode parser
+SHARED_FRAMES = 160
+
+
+@cocotb.test()
+async def run_shared(dut):
+    """Shared mode: frames of 3 planes (tagged by s_port, valid and mutated ones mixed, outputs
+    back-pressured) come out with their plane in RxPacket.port, drops counted on their plane."""
+    n = tb_param("shared_frames", SHARED_FRAMES)
+    tb = await setup(dut, backpressure=True, seed=51, tagged=True)
+    rng = tb.rng
+    accepted, ports = [], []
+    drops = [[0] * len(R) for _ in range(SHARED_PORTS)]
+    for i in range(n):
+        plane = rng.randrange(SHARED_PORTS)
+        if rng.random() < 0.4:
+            frame, bad_keep = mutate(rng, any_frame(rng, 48))
+            bad_keep = bad_keep and len(frame) > 1
+        else:
+            frame, bad_keep = any_frame(rng, 300), False
+        tkeep = None
+        if bad_keep:
+            tkeep = [1] * len(frame)
+            tkeep[rng.randrange(len(frame) - 1)] = 0
+        reason = ref_reason(frame, bad_keep)
+        tag = plane
+        if i % 40 == 17:                 # not a plane of this parser: FRAMING on the last plane
+            tag, plane, reason = 4 + rng.randrange(4), SHARED_PORTS - 1, R.FRAMING
+        if reason is None:
+            accepted.append(frame)
+            ports.append(plane)
+        else:
+            drops[plane][reason] += 1
+        await tb.source.send(frame, tag, tkeep)
+    await tb.drain()
+    recs, pays = tb.received()
+    check_output(recs, pays, accepted, ports)
+    for plane in range(SHARED_PORTS):
+        got = tb.counters(f"drops_p{plane}")
+        assert got == drops[plane], f"plane {plane}: drops {got} != model {drops[plane]}"
+    kinds = [expect(f)[0]["kind"] for f in accepted]
+    assert tb.counters("accepted", 3) == [kinds.count(k) for k in RxKind]
+    assert sum(map(sum, drops)) > 20 and len(set(ports)) == SHARED_PORTS
+    dut._log.info("shared: %d frames, %d accepted, drops per plane %s", n, len(accepted),
+                  [sum(d) for d in drops])
+
+
+ONE_PLANE_TESTS = ["run_valid", "run_rules", "run_fuzz", "run_throughput"]
+
+
 def test_rx_parser(tmp_path):
     run_rtl(RxParser(port=PORT, max_frame=MAX_FRAME), toplevel="rx_parser",
             test_module="tests.rtl.test_rx_parser", build_dir=tmp_path / "rx_parser",
-            env={"fuzz_frames": FUZZ_FRAMES}, quiet=True)
+            env={"fuzz_frames": FUZZ_FRAMES}, testcase=ONE_PLANE_TESTS, quiet=True)
+
+
+def test_rx_parser_shared(tmp_path):
+    """One parser serving three planes (``port=None, ports=3``)."""
+    run_rtl(RxParser(port=None, ports=SHARED_PORTS, max_frame=MAX_FRAME), toplevel="rx_parser",
+            test_module="tests.rtl.test_rx_parser", build_dir=tmp_path / "rx_parser_shared",
+            env={"shared_frames": SHARED_FRAMES}, testcase="run_shared", quiet=True)
+
+
+def test_rx_parser_params():
+    """Parameter checks: one plane xor shared mode."""
+    import pytest
+    for kw in (dict(port=8), dict(port=None), dict(port=None, ports=9), dict(port=1, ports=2),
+               dict(qps=0), dict(regions=17), dict(buffer_words=1000)):
+        with pytest.raises(ValueError):
+            RxParser(**kw)
+    shared = RxParser(port=None, ports=2, qps=2)
+    assert "s_port" in shared.signature.members and "drops_p1" in shared.signature.members
+    assert "drops" not in shared.signature.members
+    assert "s_port" not in RxParser(port=1).signature.members
