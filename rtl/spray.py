@@ -211,16 +211,21 @@ class SprayScheduler(wiring.Component):
                          self.req.ready.eq(in_ready)]
 
         # ---- stage A: accepted request, its range mask and candidate groups -------------------
-        end = Signal(10)
-        m.d.comb += end.eq(req.base + req.count)
-        rng = Signal(depth)
-        gb, bb, ge, be = req.base[4:8], req.base[:4], end[4:], end[:4]
-        for g in range(n_grp):
-            lo_g, lo_eq = gb < g, gb == g
-            hi_g, hi_eq = ge > g, ge == g
-            for b in range(16):
-                m.d.comb += rng[16 * g + b].eq((lo_g | (lo_eq & (bb <= b)))
-                                               & (hi_g | (hi_eq & (be > b))))
+        def range_mask(r, name):        # entries base <= i < base + count of request r
+            end = Signal(10, name=f"{name}_end")
+            rng = Signal(depth, name=f"{name}_rng")
+            m.d.comb += end.eq(r.base + r.count)
+            gb, bb, ge, be = r.base[4:8], r.base[:4], end[4:], end[:4]
+            for g in range(n_grp):
+                lo_g, lo_eq = gb < g, gb == g
+                hi_g, hi_eq = ge > g, ge == g
+                for b in range(16):
+                    m.d.comb += rng[16 * g + b].eq((lo_g | (lo_eq & (bb <= b)))
+                                                   & (hi_g | (hi_eq & (be > b))))
+            return rng
+        # with two clients both masks are computed and the grant picks one (off the adder path)
+        rng = (Mux(sel, range_mask(self.req_1.payload, "req1"), range_mask(self.req.payload, "req0"))
+               if two else range_mask(req, "req"))
         a_valid = Signal()
         a_key = Signal(range(n_key))    # position key: QP (+ MAX_QPS for client 1)
         a_rng = Signal(depth)

@@ -157,15 +157,22 @@ class TB:
                 break
         d.pkt__valid.value = 0
 
-    async def idle(self):
-        """Wait until the tracker is idle and every output register has drained."""
+    async def idle(self, quiet=24):
+        """Wait until the tracker is idle and every output register has drained.
+
+        Idle = input ready and no output valid for ``quiet`` cycles in a row: an ACK
+        is built over several cycles (its bitmap is read 16 PSNs per cycle) during
+        which no output is valid yet.
+        """
         d = self.dut
-        while True:
+        calm = 0
+        while calm < quiet:
             await RisingEdge(d.clk)
             if (int(d.pkt__ready.value) and not int(d.place__valid.value)
                     and not int(d.ack__valid.value) and not int(d.cpl__valid.value)):
-                break
-        await ClockCycles(d.clk, 2)
+                calm += 1
+            else:
+                calm = 0
 
     def taken(self):
         out = []
@@ -351,7 +358,9 @@ async def run_stream(dut):
         sorted(expect_cpls, key=lambda c: (c["qp"], c["psn"]))
     for q in (1, 6):   # per QP, completions keep their order
         assert [c for c in cpls if c["qp"] == q] == [c for c in expect_cpls if c["qp"] == q]
-    assert acks == expect_acks
+    for k, (got, want) in enumerate(zip(acks, expect_acks)):
+        assert got == want, (k, got, want)
+    assert len(acks) == len(expect_acks)
     tb.check_counters()
     dut._log.info("stream: %d packets in %d cycles (%.2f cycles/packet, 30%% backpressure)",
                   len(order), t1 - t0, (t1 - t0) / len(order))
