@@ -385,8 +385,9 @@ async def run_throughput(dut):
         places, _, cpls = tb.taken()
         assert [p["place"] for p in places] == [1] * 64 and len(cpls) == 1
     dut._log.info("cycles/packet: in order %.2f, shuffled %.2f", *rates)
-    # 1 cycle per in-order packet + 5 per ACK (bitmap read 16 PSNs per cycle)
-    assert rates[0] <= 2.0 and rates[1] <= 2.0, rates
+    # measured 1.61 / 1.80: about 1 cycle per in-order packet plus 5 per ACK (the bitmap is
+    # read 16 PSNs per cycle); the bounds leave 0.05 of slack for no other reason
+    assert rates[0] <= 1.66 and rates[1] <= 1.85, rates
 
 
 def test_sack_tracker(tmp_path):
