@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 
-__all__ = ["BLOCKS", "measure", "main"]
+__all__ = ["BLOCKS", "measure", "measure_component", "main"]
 
 
 def _blocks():
@@ -77,20 +77,31 @@ def _critical(log: str) -> dict:
 
 
 def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
-    """Build block ``name`` out of context; return ``{block, fmax_mhz, comb, ff, ebr, source, sink}``.
+    """Build block ``name`` (a :data:`BLOCKS` entry) out of context; see :func:`measure_component`.
 
     Raises
     ------
     KeyError
         ``name`` is not in :data:`BLOCKS`.
+    """
+    return {"block": name,
+            **measure_component(_blocks()[name](), pathlib.Path(build_dir) / name, freq, seed)}
+
+
+def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
+    """Build ``top`` out of context in ``build_dir``; return its Fmax, resources and critical path.
+
+    Returns ``{fmax_mhz, comb, ff, ebr, source, sink, logic_cells, where}`` (MHz, cell counts).
+
+    Raises
+    ------
     subprocess.CalledProcessError
-        Yosys or nextpnr failed (their logs are in ``build_dir/name``).
+        Yosys or nextpnr failed (their logs are in ``build_dir``).
     """
     from amaranth.back import verilog
 
     from .build import CLASSIC_ABC
-    top = _blocks()[name]()
-    d = pathlib.Path(build_dir) / name
+    d = pathlib.Path(build_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / "top.v").write_text(verilog.convert(top, name="top"))
     script = ("read_verilog top.v; synth_ecp5 -top top -run :map_luts; "
@@ -104,7 +115,7 @@ def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
     fmax = [float(x) for x in re.findall(r"Max frequency for clock\s+'[^']*':\s+([\d.]+) MHz", log)]
     util = json.loads((d / "report.json").read_text())["utilization"]
     used = {k: util.get(k, {}).get("used", 0) for k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD")}
-    return {"block": name, "fmax_mhz": fmax[-1] if fmax else None, "comb": used["TRELLIS_COMB"],
+    return {"fmax_mhz": fmax[-1] if fmax else None, "comb": used["TRELLIS_COMB"],
             "ff": used["TRELLIS_FF"], "ebr": used["DP16KD"], **_critical(log)}
 
 

