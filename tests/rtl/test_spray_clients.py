@@ -18,6 +18,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from mrcnic.rtl.spray import SprayScheduler
 from mrcnic.sim.rtlsim import run_rtl
+from mrcnic.sim.tb import start
 from tests.rtl.test_spray import (_ENT, _ENT_OFF, GOOD, INPUTS, TB, Model, _field, mixed_profile,
                                   req_bits)
 
@@ -67,30 +68,26 @@ async def drive(tb, n_cycles, requests, ready, offer, avoid=0):
 
 
 def mixed_requests(rng, n, profiles):
-    return iter([rng.choice(profiles) for _ in range(n)])
+    """``n`` requests (qp, base, count), each one of ``profiles`` at random."""
+    return [rng.choice(profiles) for _ in range(n)]
 
 
 async def setup(dut, seed):
+    """Reset with both clients' inputs driven; a 32-entry mixed table (GOOD/BAD/DENIED/weight 0)."""
     tb = TB(dut)
-    await start_all(dut)
+    await start(dut, INPUTS + ["req_1__valid", "req_1__payload", "decision_1__ready"])
+    await FallingEdge(dut.clk)
     rng = random.Random(seed)
     await tb.fill(mixed_profile(rng, 32, bad=4, denied=2, zero=2))
     return tb, rng
-
-
-async def start_all(dut):
-    from mrcnic.sim.tb import start
-    await start(dut, INPUTS + ["req_1__valid", "req_1__payload", "decision_1__ready"])
-    await FallingEdge(dut.clk)
 
 
 @cocotb.test()
 async def run_full_rate(dut):
     """Both clients always requesting and ready: one decision per clock in total, half each."""
     tb, rng = await setup(dut, 11)
-    reqs = [mixed_requests(rng, 3000, [(0, 0, 32), (1, 8, 24)]),
-            mixed_requests(rng, 3000, [(0, 0, 32), (1, 16, 16)])]
-    req_lists = [list(r) for r in reqs]
+    req_lists = [mixed_requests(rng, 3000, [(0, 0, 32), (1, 8, 24)]),
+                 mixed_requests(rng, 3000, [(0, 0, 32), (1, 16, 16)])]
     always = (lambda c: True, lambda c: True)
     decs, taken = await drive(tb, 3000, [iter(x) for x in req_lists], always, always)
     cycles = sorted(d["cycle"] for k in (0, 1) for d in decs[k])
