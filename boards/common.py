@@ -85,8 +85,10 @@ class HostMemory(wiring.Component):
     ----------
     s_axi : In(Axi4Signature(32, 64, 4))
         AXI4 subordinate, INCR bursts of 8-byte beats (``*size`` ignored).  Reads
-        return one beat per clock (``rvalid`` one cycle after the burst starts,
-        ``rready`` backpressure holds the beat); writes take one beat per clock,
+        return one beat per clock (``rvalid`` two cycles after the AR handshake:
+        block RAM, then its output register; ``rready`` backpressure stalls both
+        stages); a read of a word written in the same cycle returns unspecified
+        data (block-RAM port collision); writes take one beat per clock,
         honour ``wstrb`` and answer once per burst.  A beat whose address is
         beyond ``size`` is not written, reads 0 and makes the response SLVERR
         (``rresp`` of that beat, ``bresp`` of the burst).  Address bits 2:0 are
@@ -118,40 +120,51 @@ class HostMemory(wiring.Component):
         m = Module()
         a = self.s_axi
         aw = (self.words - 1).bit_length()
-        m.submodules.mem = mem = Memory(shape=64, depth=self.words, init=[])
+        # no_rw_check: a read of the word written in the same cycle is unspecified (ECP5
+        # cross-port collision) instead of Yosys's bypass logic after the EBR; the NIC never
+        # reads a buffer it is writing.
+        m.submodules.mem = mem = Memory(shape=64, depth=self.words, init=[],
+                                        attrs={"no_rw_check": 1})
         wp = mem.write_port(granularity=8)
         rp = mem.read_port(transparent_for=())
 
         def in_range(byte_addr):
             return byte_addr[3 + aw:] == 0
 
-        # ---- read engine -----------------------------------------------------------------
-        r_busy, r_addr, r_cnt, r_err = Signal(), Signal(32), Signal(8), Signal()
-        win_rd_pending = Signal()
-        r_next = ~a.rvalid | a.rready
+        # ---- read engine: address -> EBR (stage 1) -> data register q (stage 2, rdata) ------
+        # Both stages move together when stage 2 may take a beat (``adv``), so ``q`` is
+        # loaded straight from the EBR (it becomes the EBR's output register in board builds).
+        r_busy, r_addr, r_cnt = Signal(), Signal(32), Signal(8)
+        v1, last1, err1 = Signal(), Signal(), Signal()      # stage 1: an AXI beat is being read
+        w1, w2 = Signal(), Signal()                          # stage 1 / 2: a window read
+        q, err2 = Signal(64), Signal()
+        adv = ~a.rvalid | a.rready
+        issue = adv & r_busy
         m.d.comb += [
             a.arready.eq(~r_busy & ~self.win_re),
             rp.addr.eq(r_addr[3:3 + aw]),
-            rp.en.eq(r_next | win_rd_pending | self.win_re),
-            a.rdata.eq(Mux(r_err, 0, rp.data)),
+            rp.en.eq(adv),
+            a.rdata.eq(Mux(err2, 0, q)),
         ]
-        with m.If(r_next):
-            m.d.sync += a.rvalid.eq(0)
-            with m.If(r_busy):
-                m.d.sync += [a.rvalid.eq(1), a.rlast.eq(r_cnt == 0),
-                             a.rresp.eq(Mux(in_range(r_addr), OKAY, SLVERR)),
-                             r_err.eq(~in_range(r_addr)),
-                             r_addr.eq(r_addr + 8), r_cnt.eq(r_cnt - 1)]
-                with m.If(r_cnt == 0):
-                    m.d.sync += r_busy.eq(0)
+        with m.If(adv):
+            m.d.sync += [q.eq(rp.data), a.rvalid.eq(v1), a.rlast.eq(last1), err2.eq(err1),
+                         a.rresp.eq(Mux(err1, SLVERR, OKAY)), w2.eq(w1),
+                         v1.eq(issue), w1.eq(0)]
+        with m.If(issue):
+            m.d.sync += [last1.eq(r_cnt == 0), err1.eq(~in_range(r_addr)),
+                         r_addr.eq(r_addr + 8), r_cnt.eq(r_cnt - 1)]
+            with m.If(r_cnt == 0):
+                m.d.sync += r_busy.eq(0)
         with m.If(a.arvalid & a.arready):
             m.d.sync += [r_busy.eq(1), r_addr.eq(a.araddr), r_cnt.eq(a.arlen), a.rid.eq(a.arid)]
-        # the window read: only while the engine is idle and its output register is empty
+        # the window read: only while the AXI pipeline is empty (``adv`` is then true)
         win_sel_hi = Signal()
-        m.d.sync += win_rd_pending.eq(0)
-        with m.If(self.win_re & ~r_busy & ~a.rvalid & ~win_rd_pending & ~self.win_done):
+        win_rd_go = Signal()
+        m.d.comb += win_rd_go.eq(self.win_re & ~r_busy & ~v1 & ~a.rvalid & ~w1 & ~w2
+                                 & ~self.win_done)
+        with m.If(win_rd_go):
             m.d.comb += rp.addr.eq(self.win_addr[1:])
-            m.d.sync += [win_rd_pending.eq(1), win_sel_hi.eq(self.win_addr[0])]
+            m.d.sync += [w1.eq(1), win_sel_hi.eq(self.win_addr[0])]
 
         # ---- write engine ----------------------------------------------------------------
         w_busy, w_addr, w_err = Signal(), Signal(32), Signal()
@@ -175,9 +188,9 @@ class HostMemory(wiring.Component):
 
         # ---- window ------------------------------------------------------------------------
         m.d.sync += self.win_done.eq(0)
-        with m.If(win_rd_pending):
-            m.d.sync += [self.win_done.eq(1),
-                         self.win_rdata.eq(Mux(win_sel_hi, rp.data[32:], rp.data[:32]))]
+        with m.If(w2):
+            m.d.sync += [self.win_done.eq(1), w2.eq(0),
+                         self.win_rdata.eq(Mux(win_sel_hi, q[32:], q[:32]))]
         with m.Elif(self.win_we & ~w_busy & ~a.bvalid & ~self.win_done):
             m.d.comb += [wp.addr.eq(self.win_addr[1:]),
                          wp.data.eq(Cat(self.win_wdata, self.win_wdata)),

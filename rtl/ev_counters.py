@@ -26,7 +26,7 @@ _WORDS = len(_FIELDS)                                   # 32-bit counters per re
 
 #: Cycles from a cycle with ``rd_en`` high to the first cycle ``rd_data`` shows the record
 #: (worst case, the engine busy all the time; the CSR bank waits this long).
-READ_LATENCY = 2 * _WORDS + 2
+READ_LATENCY = 2 * _WORDS + 3
 
 
 class EvCounterBank(wiring.Component):
@@ -44,15 +44,16 @@ class EvCounterBank(wiring.Component):
     Event path: each source is a one-cycle strobe queued in its own 4-entry
     ``SyncFIFOBuffered`` of {index, kind} (11 bits).  One read-modify-write engine
     takes one increment every 2 cycles, serving the non-empty queues round robin, in
-    three stages (cycle 1: pop a queue, read the counter word; cycle 2: register the
-    word; cycle 3: write the word + 1 back).  The next event's read is in the same
-    cycle as the write: when it is the same word, the written value is forwarded.
+    four stages (cycle 1: pop a queue, read the counter word; cycle 2: block-RAM output;
+    cycle 3: register the word; cycle 4: write the word + 1 back).  The next event reads
+    before the previous one has written: when it is the same word, the written value is
+    forwarded (so no read ever uses a word written in its own read cycle).
 
     * Throughput: 0.5 increments per cycle over all sources together (62.5 M/s at
       125 MHz).  Typical load is about 0.3 (data ~1/8, outcomes ~1/6, rare probes);
       bursts above 0.5/cycle are absorbed by the queues (4 events per source).
     * Latency: an event strobed in cycle 0 is in the memory after the clock edge
-      ending cycle 4 when the engine is idle; a ``rd_en`` in cycle 4 or later
+      ending cycle 5 when the engine is idle; a ``rd_en`` in cycle 4 or later
       returns it.  Queued events wait up to 2 cycles per event ahead of them.
     * Drop rule: an in-range event whose queue is full is lost and counts one in
       ``dropped`` (up to 3 per cycle); the strobes never wait (there is no ready).
@@ -63,8 +64,8 @@ class EvCounterBank(wiring.Component):
     * CSR read: ``rd_en`` latches ``rd_addr``; the six counter words are read in
       cycles where the engine does not read (the engine has priority, so a read
       never costs an event) and shifted into the ``rd_data`` register, which shows
-      the whole record from :data:`READ_LATENCY` (14) cycles after the ``rd_en``
-      cycle at the latest (8 when the engine is idle) and holds it until the next
+      the whole record from :data:`READ_LATENCY` (15) cycles after the ``rd_en``
+      cycle at the latest (9 when the engine is idle) and holds it until the next
       ``rd_en``.  Each counter is read at one instant of that window (the record is
       not one atomic snapshot; every counter is exact at its own instant).  A
       ``rd_en`` while a read is in progress restarts it.
@@ -159,17 +160,22 @@ class EvCounterBank(wiring.Component):
         m.d.sync += self.dropped.eq(self.dropped + drops[0] + drops[1] + drops[2])
 
         # ---- counter memory: word {index, kind} --------------------------------------------
-        m.submodules.mem = mem = Memory(shape=32, depth=paths * 8, init=[])
+        # no_rw_check: the engine and the CSR read never use a word read in the cycle it is
+        # written (both forward instead), so Yosys need not add collision logic after the
+        # block RAM, and ``q`` becomes the block RAM's output register on ECP5.
+        m.submodules.mem = mem = Memory(shape=32, depth=paths * 8, init=[],
+                                        attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port(domain="sync", transparent_for=())
+        q = Signal(32)              # rp.data, registered: the word read two cycles ago
+        m.d.sync += q.eq(rp.data)
 
-        # ---- read-modify-write engine, one event every 2 cycles, 3 stages per event -------
-        # A: pop a queue, read the word; B: register the word (the value written by the
-        # previous event if it is the same word: forwarding); C: write the word + 1 (its
-        # B is the next event's A).  No block-RAM output feeds the adder directly.
+        # ---- read-modify-write engine, one event every 2 cycles, 4 stages per event -------
+        # A: pop a queue, read the word; B: block RAM output; C: q -> w_val (or forward);
+        # D: write w_val + 1.  The event popped 2 or 3 cycles before is in C or D while
+        # this one reads: when it is the same word its written value is forwarded.
         busy = Signal()             # stage B of the event popped last cycle
         last = Signal(range(3))     # queue served last (round robin)
-        cur = Signal(_Event)        # event in stage B / C
         sel = Signal(range(4))      # queue popped in stage A (3 = none)
 
         rdy = [f.r_rdy for f in fifos]
@@ -191,19 +197,20 @@ class EvCounterBank(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [head.eq(f.r_data), f.r_en.eq(1)]
         engine_rd = Signal()
-        m.d.comb += engine_rd.eq(sel != 3)
-        cur_addr = Signal(abits + 3)        # word of the event in stage B
-        w_en, w_addr, w_val = Signal(), Signal(abits + 3), Signal(32)   # stage C
-        fwd = Signal()              # stage B reads the word stage C writes (read-during-write)
+        head_addr = Signal(abits + 3)
+        m.d.comb += [engine_rd.eq(sel != 3), head_addr.eq(Cat(head.kind, head.index[:abits]))]
+        b_addr, c_addr = Signal(abits + 3), Signal(abits + 3)      # stages B, C
+        b_fwd, c_fwd, c_en = Signal(), Signal(), Signal()
+        w_en, w_addr, w_val = Signal(), Signal(abits + 3), Signal(32)   # stage D
         with m.If(engine_rd):
-            m.d.sync += [busy.eq(1), last.eq(sel), cur.eq(head),
-                         cur_addr.eq(Cat(head.kind, head.index[:abits]))]
+            m.d.sync += [busy.eq(1), last.eq(sel), b_addr.eq(head_addr),
+                         b_fwd.eq((c_en & (c_addr == head_addr)) | (w_en & (w_addr == head_addr)))]
         with m.If(busy):
             m.d.sync += busy.eq(0)
-        m.d.sync += [fwd.eq(engine_rd & w_en & (Cat(head.kind, head.index[:abits]) == w_addr)),
-                     w_en.eq(busy), w_addr.eq(cur_addr)]
-        with m.If(busy):
-            m.d.sync += w_val.eq(Mux(fwd, w_val + 1, rp.data))
+        m.d.sync += [c_en.eq(busy), c_addr.eq(b_addr), c_fwd.eq(b_fwd),
+                     w_en.eq(c_en), w_addr.eq(c_addr)]
+        with m.If(c_en):
+            m.d.sync += w_val.eq(Mux(c_fwd, w_val + 1, q))
         m.d.comb += [wp.en.eq(w_en), wp.addr.eq(w_addr), wp.data.eq(w_val + 1)]
 
         # ---- CSR read: six words through the shared read port, shifted into rd_data ------
@@ -211,20 +218,25 @@ class EvCounterBank(wiring.Component):
         r_oor = Signal()            # rd_addr >= paths: the record reads as zeros
         r_word = Signal(range(_WORDS + 1), init=_WORDS)    # next word to read (6 = done)
         r_step = Signal()           # this cycle reads word r_word for the CSR
-        cap = Signal()              # rp.data holds a CSR word
-        m.d.comb += r_step.eq((r_word != _WORDS) & ~engine_rd)
+        r_waddr = Signal(abits + 3)
+        cap = Signal(2)             # the read word is in rp.data (bit 0) / q (bit 1)
+        hit = Signal(2)             # ... and was written in its read cycle: use fwd_val
+        fwd_val = Signal(32)
+        m.d.comb += [r_step.eq((r_word != _WORDS) & ~engine_rd), r_waddr.eq(Cat(r_word[:3], r_addr))]
         with m.If(self.rd_en):
             m.d.sync += [r_addr.eq(self.rd_addr[:abits]), r_oor.eq(~in_range(self.rd_addr)),
                          r_word.eq(0)]
         with m.Elif(r_step):
             m.d.sync += r_word.eq(r_word + 1)
-        m.d.sync += cap.eq(r_step)
-        with m.If(cap):
+        m.d.sync += [cap.eq(Cat(r_step, cap[0])),
+                     hit.eq(Cat(r_step & w_en & (w_addr == r_waddr), hit[0]))]
+        with m.If(r_step & w_en):
+            m.d.sync += fwd_val.eq(wp.data)
+        with m.If(cap[1]):
             m.d.sync += self.rd_data.eq(Cat(self.rd_data.as_value()[32:],
-                                            Mux(r_oor, 0, rp.data)))
+                                            Mux(r_oor, 0, Mux(hit[1], fwd_val, q))))
         m.d.comb += [
             rp.en.eq(1),
-            rp.addr.eq(Mux(engine_rd, Cat(head.kind, head.index[:abits]),
-                           Cat(r_word[:3], r_addr))),
+            rp.addr.eq(Mux(engine_rd, head_addr, r_waddr)),
         ]
         return m
