@@ -46,6 +46,8 @@ Fixed-point parameters: ``md_q8`` and ``eta_q8`` are fractions in 1/256.
 (``fi_bytes = fi * fi_scale * 1024``, ``md = max_md_jump``).
 """
 
+from contextlib import contextmanager
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -54,7 +56,8 @@ from .layouts import MAX_QPS
 
 __all__ = ["Nscc", "NsccConfig", "NsccUpdate", "nscc_config", "NSCC_DEFAULTS", "UPDATE_CYCLES"]
 
-UPDATE_CYCLES = 6   #: cycles an update occupies the (time-multiplexed) NSCC unit
+#: most cycles from an update's acceptance to its ``cwnd`` write (the unit is ready again one cycle later)
+UPDATE_CYCLES = 43
 
 
 class NsccConfig(data.Struct):
@@ -109,39 +112,96 @@ NSCC_DEFAULTS = {
 
 
 def _floor_log2(m, value, width, name):
+    """``floor(log2(value))`` (0 for 0) as a balanced priority-encoder tree (log2(width) levels)."""
+    def enc(v):                     # -> (any bit set, index of the highest set bit)
+        if len(v) == 1:
+            return v[0], Const(0, 0)
+        h = 1 << ((len(v) - 1).bit_length() - 1)
+        lo_any, lo_i = enc(v[:h])
+        hi_any, hi_i = enc(v[h:])
+        return lo_any | hi_any, Mux(hi_any, hi_i + h, lo_i)
     out = Signal(range(width), name=name)
-    for i in range(width):
-        with m.If(value[i]):
-            m.d.comb += out.eq(i)
+    m.d.comb += out.eq(enc(value[:width])[1])
     return out
 
 
-def _le_c(x, j):
-    """``x <= j`` for a constant ``j``, as an AND/OR network (no carry chain)."""
-    if j < 0:
-        return Const(0)
-    if j >= (1 << len(x)) - 1:
-        return Const(1)
-    g = Const(0)                   # x[:b] > j[:b]
-    for b in range(len(x)):
-        g = (x[b] | g) if not (j >> b) & 1 else (x[b] & g)
-    return ~g
+class _OneHot:
+    """A one-hot state machine (one flip-flop per state: no state decoding in the datapath)."""
+
+    def __init__(self, m, names):
+        self.m = m
+        self.st = {n: Signal(name=f"st_{n}", init=int(i == 0)) for i, n in enumerate(names)}
+        self.cur = None
+
+    @contextmanager
+    def State(self, name):
+        self.cur = name
+        with self.m.If(self.st[name]):
+            yield
+        self.cur = None
+
+    def goto(self, name):
+        self.m.d.sync += [self.st[self.cur].eq(0), self.st[name].eq(1)]
+
+
+class _ShiftMul:
+    """Serial multiply-and-shift engine: ``acc = floor((acc0 + m * f) / 2**k)``, one bit of ``f`` a cycle.
+
+    While ``k`` > 0 a step is ``acc = (acc + f[0] * m) >> 1`` (the right shifts of the
+    division, exact: floor(floor(x / 2) / 2) = floor(x / 4)); once ``k`` is 0 a step is
+    ``acc += f[0] * m; m <<= 1`` (the bits of ``f`` at or above ``k``).  It runs
+    ``max(k, bit length of f)`` steps (1 at least) after ``start``; ``busy`` is registered.
+    A result of 2**32 or more sets ``sat`` (``acc`` is then meaningless).  One 33-bit
+    adder; ``acc``, ``m``: 32 bits.
+    """
+
+    def __init__(self, m, name, f_width):
+        self.acc = Signal(32, name=f"{name}_acc")
+        self.mul = Signal(32, name=f"{name}_m")
+        self.f = Signal(f_width, name=f"{name}_f")
+        self.k = Signal(5, name=f"{name}_k")
+        self.sat = Signal(name=f"{name}_sat")
+        self.big = Signal(name=f"{name}_big")      # the true m is 2**32 or more
+        self.busy = Signal(name=f"{name}_busy")
+        s = Signal(33, name=f"{name}_sum")
+        m.d.comb += s.eq(self.acc + self.mul)
+        with m.If(self.busy):
+            with m.If(self.k != 0):
+                m.d.sync += [self.acc.eq(Mux(self.f[0], s[1:], self.acc[1:])), self.k.eq(self.k - 1)]
+            with m.Else():
+                with m.If(self.f[0]):
+                    m.d.sync += [self.acc.eq(s[:32]), self.sat.eq(self.sat | self.big | s[32])]
+                m.d.sync += [self.mul.eq(self.mul << 1), self.big.eq(self.big | self.mul[31])]
+            m.d.sync += [self.f.eq(self.f[1:]), self.busy.eq((self.k[1:] != 0) | (self.f[1:] != 0))]
+
+    def start(self, m, acc0, mul, f, k):
+        """Statements (sync, in the caller's condition) loading a job; it runs from the next cycle."""
+        m.d.sync += [self.acc.eq(acc0), self.mul.eq(mul), self.f.eq(f), self.k.eq(k),
+                     self.sat.eq(0), self.big.eq(0), self.busy.eq(1)]
 
 
 class Nscc(wiring.Component):
     """Time-multiplexed NSCC unit: one congestion window (bytes) per QP.
 
-    The update runs as a short pipeline of registered steps (epoch and
-    queueing delay; normalised target distance and fair increase; the
-    proportional-increase product; the new window; the clamp), so no step
-    holds more than one wide adder, and the divisions by powers of two are
-    done without a barrel shifter on the wide products: the proportional
-    increase ``(eta * acked * (target - qdelay)) >> (floor(log2(target)) + 9)``
-    is computed, bit-exactly, as the top bits of
-    ``(eta * acked) * ((target - qdelay) << (23 - floor(log2(target))))``
-    (a shift of the 24-bit distance instead of the 56-bit product), and the
-    fair increase is saturated at 2**33 - 1 (any value that large clamps the
-    window to ``max_cwnd``).  Multiplications map to DSP blocks.
+    One update at a time runs through a sequence of registered steps, each
+    with at most one adder or comparator of <= 34 bits and its operands taken
+    from flip-flops (or the parameter RAM):
+
+    1. the epoch (``now - epoch``, against ``base_rtt`` and twice it) and the
+       queueing delay against the target (24-bit subtractions), then the new
+       per-QP epoch state (bytes acked in the current and the last epoch);
+    2. the products, bit-serially without multipliers or barrel shifters, in
+       two shift-and-add engines running in parallel: the fair increase
+       ``(fi_bytes * acked) >> floor(log2(cwnd))`` (saturated at 2**32: any
+       value that large clamps the window to ``max_cwnd``) or, on an ECN echo,
+       ``cwnd - ((cwnd * md) >> 8)`` (computed as
+       ``floor((255 + cwnd * (256 - md)) / 256)``, which is equal), and
+       ``pi = (eta * acked * (target - qdelay)) >> (floor(log2(target)) + 9)``;
+    3. the new window on one 34-bit adder / comparator: the sums, the quick
+       adapt ``min(max(achieved, min_cwnd), cwnd)`` and the clamp to
+       ``[min_cwnd, max_cwnd]`` (``max`` first, as the rule's table).
+
+    The result is bit-exact to the rule of the module docstring.
 
     Parameters
     ----------
@@ -151,16 +211,21 @@ class Nscc(wiring.Component):
     Attributes
     ----------
     upd : In(stream.Signature(NsccUpdate))
-        Congestion signals of one ACK.  Accepted when the unit is idle
-        (``ready`` high); each update takes :data:`UPDATE_CYCLES` cycles, the
-        new ``cwnd`` shows on the cycle after.  Updates for ``qp >= qps``
-        are consumed and ignored.
+        Congestion signals of one ACK.  ``ready`` is high (registered state)
+        while the unit is idle; an accepted update writes the QP's ``cwnd`` at
+        most :data:`UPDATE_CYCLES` cycles later (about 17 for a trim NACK,
+        15..43 otherwise: the engines run ``max(floor(log2(cwnd)), bit length of
+        fi_bytes)`` and ``bit length of eta + floor(log2(target)) + 1`` steps)
+        and the unit is ready again on the cycle after; while busy ``ready`` is
+        low (an update is never dropped, the sender waits).
+        Updates for ``qp >= qps`` are consumed and ignored.
     cfg_w_en, cfg_w_addr, cfg_w_data : In(1), In(3), In(NsccConfig)
-        Per-QP parameter write; sets ``cwnd`` to ``init_cwnd`` clamped to
-        ``[min_cwnd, max_cwnd]`` and starts a new epoch with nothing acked.
-        An update in progress for the same QP is overridden.
+        Per-QP parameter write; sets ``cwnd`` (on the next cycle) to
+        ``init_cwnd`` clamped to ``[min_cwnd, max_cwnd]`` and starts a new
+        epoch with nothing acked.  An update in progress for the same QP is
+        cancelled (it writes nothing, counts nothing).
     now_ns : In(32)
-        Current time in ns (wrapping).
+        Current time in ns (wrapping); sampled on the update's first cycles.
     cwnd : Out(data.ArrayLayout(32, qps))
         Congestion window of each QP in bytes (registered; 0 before the
         QP's first configuration write).
@@ -186,122 +251,219 @@ class Nscc(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         qps = self.qps
+        qb = max(1, (qps - 1).bit_length())    # per-QP state is indexed by qp[:qb]
 
         # parameters: distributed RAM, asynchronous read at the update's QP
         m.submodules.cfg = cfg_mem = memory.Memory(shape=NsccConfig, depth=qps, init=[])
         cfg_w = cfg_mem.write_port()
         cfg_r = cfg_mem.read_port(domain="comb")
+        w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
+        m.d.comb += [cfg_w.en.eq(w_ok), cfg_w.addr.eq(self.cfg_w_addr), cfg_w.data.eq(self.cfg_w_data)]
+
+        # per-QP state (flip-flops)
         cwnd = Array(self.cwnd[i] for i in range(qps))
         epoch = Array(Signal(32, name=f"epoch{i}") for i in range(qps))
         acked_cur = Array(Signal(32, name=f"acked_cur{i}") for i in range(qps))
         acked_last = Array(Signal(32, name=f"acked_last{i}") for i in range(qps))
         md_done = Array(Signal(name=f"md_done{i}") for i in range(qps))
         qa_done = Array(Signal(name=f"qa_done{i}") for i in range(qps))
-        w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
-        qb = max(1, (qps - 1).bit_length())    # per-QP state is indexed by qp[:qb]
 
-        u = Signal(NsccUpdate)
-        q = u.qp[:qb]
+        # the update in progress
+        q = Signal(qb)
+        acked = Signal(24)
+        rtt = Signal(32)
+        ecn = Signal()
+        trim = Signal()
         c = cfg_r.data
-        m.d.comb += [cfg_r.addr.eq(q), cfg_w.en.eq(w_ok), cfg_w.addr.eq(self.cfg_w_addr),
-                     cfg_w.data.eq(self.cfg_w_data)]
-        qdelay = Signal(32)
+        m.d.comb += cfg_r.addr.eq(q)
         cw = Signal(32)
-        p_eta = Signal(32)             # eta * acked
-        p_fi = Signal(40)              # fi_bytes * acked
-        achieved = Signal(32)
-        lg_t = Signal(5)
-        t_n = Signal(24)               # target << (23 - lg_t)
-        tq_n = Signal(24)              # (target - qdelay) << (23 - lg_t) (when qdelay < target)
-        q_lt = Signal()                # qdelay < target
-        q_gt = Signal()                # qdelay > target
-        fi_inc = Signal(33)            # saturated
-        md_dec = Signal(32)
-        pi_inc = Signal(24)
-        qa = Signal(32)
-        new = Signal(35)
+        m.d.comb += cw.eq(cwnd[q])
+        cur = Signal(32)
+        last = Signal(32)
+        m.d.comb += [cur.eq(acked_cur[q]), last.eq(acked_last[q])]
+        qoh = Signal(qps)            # q, one-hot
+        st_go = Signal()             # write the epoch state (STATE cycle)
+        wr_go = Signal()             # write cwnd (WRITE cycle)
+        abort = Signal()             # a configuration write to q cancelled this update
+        cancel = Signal()
+        m.d.comb += cancel.eq(abort | (w_ok & (self.cfg_w_addr[:qb] == q)))
+        m.d.sync += abort.eq(cancel)
 
-        # one 24-bit left shifter (by 23 - lg_t): the target, then the queueing delay
-        sh_in = Signal(24)
-        sh_out = Signal(24)
-        sh_amt = Signal(5)
-        m.d.comb += [lg_t.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f")),
-                     sh_amt.eq(23 - lg_t), sh_out.eq(sh_in << sh_amt)]
+        since = Signal(32)           # now - epoch
+        qlo = Signal(25)             # rtt[:24] - base (bit 24: borrow)
+        rhz = Signal()               # rtt[24:] == 0
+        rh1 = Signal()               # rtt[24:] == 1
+        cw_nz = Signal(4)            # floor(log2(cw)) in two steps: the nonzero bytes of cw,
+        cw_lg = [Signal(3, name=f"cw_lg{j}") for j in range(4)]   # floor(log2()) of each
+        lg_cw = Signal(5)
+        md_c = Signal(9)             # 256 - md
+        for j in range(4):
+            with m.If(cw_nz[j]):
+                m.d.comb += lg_cw.eq(Cat(cw_lg[j], Const(j, 2)))
+        lt1 = Signal(5)              # floor(log2(target)) (+ 1 from the DELAY step on)
+        ge1 = Signal()               # since[:25] >= base
+        ge2 = Signal()               # since[:25] >= 2 * base
+        hi = Signal()                # since >= 2**25
+        roll = Signal()
+        two = Signal()
+        dq = Signal(25)              # target - min(qdelay, 2**24 - 1) (bit 24: borrow)
+        qhi = Signal()               # qdelay >= 2**24
+        q_lt = Signal()
+        q_gt = Signal()
 
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += self.upd.ready.eq(1)
-                with m.If(self.upd.valid & (self.upd.payload.qp < qps)):
-                    m.d.sync += u.eq(self.upd.payload)
-                    m.next = "EPOCH"
-            with m.State("EPOCH"):
-                since = Signal(32)
-                m.d.comb += since.eq(self.now_ns - epoch[q])
-                rtt_q = Signal(33)
-                m.d.comb += [rtt_q.eq(u.rtt_ns - c.base_rtt_ns), sh_in.eq(c.target_delay_ns)]
-                m.d.sync += [
-                    qdelay.eq(Mux(rtt_q[32], 0, rtt_q[:32])),
-                    cw.eq(cwnd[q]),
-                    p_eta.eq(c.eta_q8 * u.acked),
-                    p_fi.eq(c.fi_bytes * u.acked),
-                    t_n.eq(sh_out),
-                ]
-                # epoch roll (lazy): the new current/last byte counts, achieved = their maximum
-                roll = Signal()
-                two = Signal()
-                d1 = Signal(26)
-                d2 = Signal(26)
-                m.d.comb += [d1.eq(since[:25] - c.base_rtt_ns), d2.eq(since[:25] - (c.base_rtt_ns << 1)),
-                             roll.eq((since[25:] != 0) | ~d1[25]), two.eq((since[25:] != 0) | ~d2[25])]
-                cur_new = Signal(32)
-                last_new = Signal(32)
-                m.d.comb += [cur_new.eq(Mux(roll, 0, acked_cur[q]) + u.acked),
-                             last_new.eq(Mux(roll, Mux(two, 0, acked_cur[q]), acked_last[q]))]
-                m.d.sync += [acked_cur[q].eq(cur_new), acked_last[q].eq(last_new),
-                             achieved.eq(Mux(last_new > cur_new, last_new, cur_new))]
+        e1 = _ShiftMul(m, "e1", 16)  # fair increase, or the decreased window
+        e2 = _ShiftMul(m, "e2", 24)  # eta * acked, then the proportional increase
+
+        nw = Signal(34)              # the new window
+        b = Signal(32)               # its operand register
+        lt = Signal()                # nw < b
+        fsat = Signal()              # fair increase >= 2**32: the window clamps to max_cwnd
+        nw_b = Signal(35)
+        m.d.comb += nw_b.eq(nw - b)
+        m.d.sync += lt.eq(nw_b[34])
+        apply = Signal()             # the decrease / quick adapt is applied
+
+        m.d.sync += [st_go.eq(0), wr_go.eq(0)]      # strobes, set by the FSM
+        fsm = _OneHot(m, ["IDLE", "EPOCH", "DELAY", "FLAGS", "STATE", "WAIT_P", "WAIT", "ADD_FI", "ADD_PI",
+                          "ADD_END", "QA_CUR", "QA_LAST", "QA_CMP1", "QA_MAX1", "QA_CMP2", "QA_MAX2",
+                          "QA_CMP3", "QA_MIN", "CLAMP_MIN", "CLAMP_CMP1", "CLAMP_MAX", "CLAMP_CMP2",
+                          "WRITE"])
+        with fsm.State("IDLE"):
+            m.d.comb += self.upd.ready.eq(1)
+            p = self.upd.payload
+            m.d.sync += [q.eq(p.qp[:qb]), acked.eq(p.acked), rtt.eq(p.rtt_ns), ecn.eq(p.ecn),
+                         trim.eq(p.trim), abort.eq(0), qoh.eq(1 << p.qp[:qb])]
+            with m.If(self.upd.valid & (p.qp < qps)):
+                fsm.goto("EPOCH")
+        with fsm.State("EPOCH"):
+            m.d.sync += [since.eq(self.now_ns - epoch[q]), qlo.eq(rtt[:24] - c.base_rtt_ns),
+                         rhz.eq(rtt[24:] == 0), rh1.eq(rtt[24:] == 1),
+                         cw_nz.eq(Cat(cw[8 * j:8 * j + 8] != 0 for j in range(4))),
+                         *(cw_lg[j].eq(_floor_log2(m, cw[8 * j:8 * j + 8], 8, f"lg_cw{j}"))
+                           for j in range(4)),
+                         lt1.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f")),
+                         md_c.eq((~c.md_q8 & 0xFF) + 1)]
+            e2.start(m, 0, acked, c.eta_q8, 0)        # eta * acked
+            fsm.goto("DELAY")
+        with fsm.State("DELAY"):
+            # qdelay = max(0, rtt - base): negative / >= 2**24 / its low 24 bits
+            neg = rhz & qlo[24]
+            d1 = Signal(26)      # subtractions (carry chains) for the comparisons
+            d2 = Signal(26)
+            m.d.comb += [d1.eq(since[:25] - c.base_rtt_ns), d2.eq(since[:25] - (c.base_rtt_ns << 1))]
+            m.d.sync += [ge1.eq(~d1[25]), ge2.eq(~d2[25]),
+                         hi.eq(since[25:] != 0),
+                         qhi.eq(~rhz & ~(rh1 & qlo[24])),
+                         dq.eq(c.target_delay_ns - Mux(neg, 0, qlo[:24])), lt1.eq(lt1 + 1)]
+            with m.If(ecn):              # cwnd - (cwnd * md >> 8)
+                e1.start(m, 255, cw, md_c, 8)
+            with m.Else():               # (fi * acked) >> floor(log2(cwnd))
+                e1.start(m, 0, acked, c.fi_bytes, lg_cw)
+            fsm.goto("FLAGS")
+        with fsm.State("FLAGS"):
+            m.d.sync += st_go.eq(1)
+            m.d.sync += [roll.eq(hi | ge1), two.eq(hi | ge2),
+                         q_gt.eq(qhi | dq[24]), q_lt.eq(~qhi & ~dq[24] & (dq[:24] != 0))]
+            fsm.goto("STATE")
+        with fsm.State("STATE"):
+            # (the per-QP epoch state is written in this cycle, below)
+            m.d.sync += fsat.eq(0)
+            with m.If(trim):
+                m.d.sync += apply.eq(c.qa_enable & (roll | ~qa_done[q]))
+                fsm.goto("QA_CUR")
+            with m.Elif(ecn):
+                m.d.sync += apply.eq(q_gt & (roll | ~md_done[q]))
+                fsm.goto("WAIT")
+            with m.Else():
+                fsm.goto("WAIT_P")
+        with fsm.State("WAIT_P"):
+            with m.If(~e2.busy):
+                with m.If(q_lt):         # (eta * acked * (target - qdelay)) >> (lg_t + 1)
+                    e2.start(m, 0, e2.acc, dq[:24], lt1)
+                fsm.goto("WAIT")
+        with fsm.State("WAIT"):
+            m.d.sync += b.eq(cw)
+            with m.If(~e1.busy & ~e2.busy):
+                fsm.goto("ADD_FI")
+        with fsm.State("ADD_FI"):
+            # nw = cw, then + fi + pi (no ECN) or the decreased window (ECN)
+            with m.If(ecn):
+                m.d.sync += nw.eq(Mux(apply, e1.acc, b))
+                fsm.goto("CLAMP_MIN")
+            with m.Else():
+                m.d.sync += [nw.eq(b), b.eq(e1.acc), fsat.eq(e1.sat)]
+                fsm.goto("ADD_PI")
+        with fsm.State("ADD_PI"):
+            m.d.sync += [nw.eq(nw + b), b.eq(Mux(q_lt, e2.acc[8:], 0))]
+            fsm.goto("ADD_END")
+        with fsm.State("ADD_END"):
+            m.d.sync += nw.eq(nw + b)
+            fsm.goto("CLAMP_MIN")
+        # quick adapt: nw = min(max(cur, last, min_cwnd), cwnd), or cwnd
+        with fsm.State("QA_CUR"):
+            m.d.sync += b.eq(Mux(apply, cur, cw))
+            fsm.goto("QA_LAST")
+        with fsm.State("QA_LAST"):
+            m.d.sync += [nw.eq(b), b.eq(Mux(apply, last, cw))]
+            fsm.goto("QA_CMP1")
+        with fsm.State("QA_CMP1"):
+            fsm.goto("QA_MAX1")
+        with fsm.State("QA_MAX1"):
+            with m.If(lt):
+                m.d.sync += nw.eq(b)
+            m.d.sync += b.eq(Mux(apply, c.min_cwnd, cw))
+            fsm.goto("QA_CMP2")
+        with fsm.State("QA_CMP2"):
+            fsm.goto("QA_MAX2")
+        with fsm.State("QA_MAX2"):
+            with m.If(lt):
+                m.d.sync += nw.eq(b)
+            m.d.sync += b.eq(cw)
+            fsm.goto("QA_CMP3")
+        with fsm.State("QA_CMP3"):
+            fsm.goto("QA_MIN")
+        with fsm.State("QA_MIN"):
+            with m.If(~lt):
+                m.d.sync += nw.eq(b)
+            fsm.goto("CLAMP_MIN")
+        # the clamp: nw = min(max(nw, min_cwnd), max_cwnd)
+        with fsm.State("CLAMP_MIN"):
+            m.d.sync += b.eq(c.min_cwnd)
+            fsm.goto("CLAMP_CMP1")
+        with fsm.State("CLAMP_CMP1"):
+            fsm.goto("CLAMP_MAX")
+        with fsm.State("CLAMP_MAX"):
+            with m.If(lt):
+                m.d.sync += nw.eq(b)
+            m.d.sync += b.eq(c.max_cwnd)
+            fsm.goto("CLAMP_CMP2")
+        with fsm.State("CLAMP_CMP2"):
+            m.d.sync += wr_go.eq(1)
+            fsm.goto("WRITE")
+        with fsm.State("WRITE"):
+            m.d.sync += apply.eq(0)
+            fsm.goto("IDLE")
+
+        # write-back, in the STATE (st_go) and WRITE (wr_go) cycles; a configuration write
+        # (below) to the same QP in the same cycle wins
+        for i in range(qps):
+            with m.If(st_go & ~abort & qoh[i]):
+                # epoch roll (lazy); the bytes acked in the current / last epoch
+                m.d.sync += [acked_cur[i].eq(Mux(roll, 0, cur) + acked),
+                             acked_last[i].eq(Mux(roll, Mux(two, 0, cur), last))]
                 with m.If(roll):
-                    m.d.sync += [epoch[q].eq(self.now_ns), md_done[q].eq(0), qa_done[q].eq(0)]
-                m.next = "DIST"
-            with m.State("DIST"):
-                # qdelay >= 2**(lg_t + 1) > target: the shifted delay would overflow
-                ovf = Cat(qdelay[j] & _le_c(lg_t, j - 1) for j in range(1, 32)).any()
-                m.d.comb += sh_in.eq(qdelay[:24])
-                diff = Signal(25)
-                m.d.comb += diff.eq(t_n - sh_out)
-                m.d.sync += [tq_n.eq(diff[:24]), q_lt.eq(~ovf & ~diff[24] & (diff[:24] != 0)),
-                             q_gt.eq(ovf | diff[24])]
-                # fair increase: (fi_bytes * acked) >> floor(log2(cw)), saturated to 33 bits
-                lg_cw = _floor_log2(m, cw, 32, "lg_cw_f")
-                fi_ovf = Cat(p_fi[j] & _le_c(lg_cw, j - 33) for j in range(33, 40)).any()
-                m.d.sync += [fi_inc.eq(Mux(fi_ovf, (1 << 33) - 1, p_fi >> lg_cw)),
-                             md_dec.eq((cw * c.md_q8) >> 8),
-                             qa.eq(Mux(achieved > c.min_cwnd, achieved, c.min_cwnd))]
-                m.next = "PROD"
-            with m.State("PROD"):
-                m.d.sync += pi_inc.eq((p_eta * tq_n) >> 32)
-                m.next = "CALC"
-            with m.State("CALC"):
-                inc = Signal(34)
-                m.d.comb += inc.eq(fi_inc + Mux(q_lt, pi_inc, 0))
-                with m.If(u.trim):
-                    with m.If(c.qa_enable & ~qa_done[q]):
-                        m.d.sync += [new.eq(Mux(qa < cw, qa, cw)), qa_done[q].eq(1),
-                                     self.quick_adapts.eq(self.quick_adapts + 1)]
-                    with m.Else():
-                        m.d.sync += new.eq(cw)
-                with m.Elif(u.ecn):
-                    with m.If(q_gt & ~md_done[q]):
-                        m.d.sync += [new.eq(cw - md_dec), md_done[q].eq(1),
-                                     self.decreases.eq(self.decreases + 1)]
-                    with m.Else():
-                        m.d.sync += new.eq(cw)
-                with m.Else():
-                    m.d.sync += new.eq(cw + inc)
-                m.next = "CLAMP"
-            with m.State("CLAMP"):
-                m.d.sync += cwnd[q].eq(Mux((new[32:] != 0) | (new[:32] > c.max_cwnd), c.max_cwnd,
-                                           Mux(new[:32] < c.min_cwnd, c.min_cwnd, new)))
-                m.next = "IDLE"
+                    m.d.sync += [epoch[i].eq(self.now_ns), md_done[i].eq(0), qa_done[i].eq(0)]
+            with m.If(wr_go & ~abort & qoh[i]):
+                m.d.sync += self.cwnd[i].eq(Mux(~lt | fsat, b, nw[:32]))
+                with m.If(apply & trim):
+                    m.d.sync += qa_done[i].eq(1)
+                with m.If(apply & ~trim & ecn):
+                    m.d.sync += md_done[i].eq(1)
+        with m.If(wr_go & ~cancel & apply):
+            with m.If(trim):
+                m.d.sync += self.quick_adapts.eq(self.quick_adapts + 1)
+            with m.Elif(ecn):
+                m.d.sync += self.decreases.eq(self.decreases + 1)
 
         with m.If(w_ok):
             d = self.cfg_w_data

@@ -4,7 +4,8 @@ cocotb testbench (``run_*`` coroutines) and its pytest wrappers.  The
 testbench drives ``now_ns`` itself, so every update's timing is exact, and a
 Python model of the documented update rule predicts ``cwnd`` after every
 update: directed cases first (each quadrant, quick adapt, clamps, once per
-epoch), then 300 random updates over two QPs.
+epoch), then 300 random updates over two QPs, the worst-case update latency
+and configuration writes during an update.
 """
 
 import random
@@ -165,6 +166,47 @@ async def run_random(dut):
                         trim=int(rnd.random() < 0.1))
     assert int(dut.decreases.value) == sum(m.decreases for m in tb.models.values())
     assert int(dut.quick_adapts.value) == sum(m.quick_adapts for m in tb.models.values())
+
+
+@cocotb.test()
+async def run_latency_and_cancel(dut):
+    """Worst-case update latency <= UPDATE_CYCLES; a configuration write cancels an update in flight."""
+    tb = TB(dut)
+    await tb.start()
+    # longest update: floor(log2(cwnd)) = 31 fair-increase steps, 8 + 24 proportional steps
+    big = (1 << 32) - 1
+    await tb.configure(0, base_rtt_ns=100, target_delay_ns=(1 << 24) - 1, min_cwnd=big, max_cwnd=big,
+                       init_cwnd=big, fi_bytes=0xFFFF, eta_q8=255)
+    await tb.configure(1, min_cwnd=(1 << 31) + 5, max_cwnd=big, init_cwnd=(1 << 31) + 5,
+                       fi_bytes=1, eta_q8=255, target_delay_ns=(1 << 24) - 1, base_rtt_ns=100)
+    for qp in (0, 1):
+        tb.upd.send(pack(NsccUpdate, {"qp": qp, "acked": (1 << 24) - 1, "rtt_ns": 100}))
+        busy = 0                                   # cycles with ready low after the update
+        while busy == 0 or not int(dut.upd__ready.value):
+            await RisingEdge(dut.clk)
+            busy += not int(dut.upd__ready.value)
+        assert 30 < busy <= UPDATE_CYCLES, f"update took {busy} cycles (UPDATE_CYCLES {UPDATE_CYCLES})"
+        want = tb.models[qp].update(tb.now, (1 << 24) - 1, 100, 0, 0)
+        assert tb.cwnd(qp) == want
+    assert tb.cwnd(1) == (1 << 31) + 5 + (255 * ((1 << 24) - 1) * ((1 << 24) - 1) >> 32)
+    # a configuration write to the QP of an update in flight wins: the update writes nothing
+    await tb.configure(0, min_cwnd=1000, max_cwnd=100_000, init_cwnd=50_000)
+    for delay in (0, 3, 6, 20):
+        tb.upd.send(pack(NsccUpdate, {"qp": 0, "acked": 60_000, "rtt_ns": 100}))
+        while not tb.upd.empty():
+            await RisingEdge(dut.clk)
+        await ClockCycles(dut.clk, delay)
+        await tb.configure(0, min_cwnd=1000, max_cwnd=100_000, init_cwnd=20_000 + delay)
+        # another QP's configuration write does not disturb an update
+        tb.upd.send(pack(NsccUpdate, {"qp": 0, "acked": 4000, "rtt_ns": 100}))
+        while not tb.upd.empty():
+            await RisingEdge(dut.clk)
+        await ClockCycles(dut.clk, 4)
+        await tb.configure(1, init_cwnd=30_000)
+        await ClockCycles(dut.clk, UPDATE_CYCLES)
+        assert tb.cwnd(1) == 30_000
+        assert tb.cwnd(0) == tb.models[0].update(tb.now, 4000, 100, 0, 0)
+        assert tb.cwnd(0) > 20_000 + delay
 
 
 def test_nscc(tmp_path):
