@@ -38,7 +38,8 @@ class CsrBank(wiring.Component):
     Bus behaviour (ARM IHI 0022E, AXI4-Lite): one transaction at a time.
     AW and W are latched independently (they may arrive in any order or cycle;
     ``awready``/``wready`` are high while the respective latch is empty), the
-    write executes in the cycle after both are present and ``bvalid`` follows
+    write executes two cycles after both are present (the first registers that
+    a write is going, so the address decode has its own cycle) and ``bvalid`` follows
     one cycle later (a table command answers after the entry has moved, see
     below).  A read is accepted only while no complete write is waiting to
     execute; the read address is registered, the register is sampled in the
@@ -312,6 +313,8 @@ class CsrBank(wiring.Component):
             m.d.comb += self.rd_addr.eq(ar_word)
 
         write_ready = aw_full & w_full
+        aw_hit = Signal(len(rm.registers))  # WRITE state: register i is addressed (one-hot)
+        aw_none = Signal()                  # WRITE state: no register at aw_addr
         if rm.tables and self.table_serial:
             self._serial_logic(m, sel, store, tw, w_data)
         if self.table_serial:
@@ -320,21 +323,26 @@ class CsrBank(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(write_ready):
-                    m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
-                                 axil.bresp.eq(OKAY)]
-                    m.next = "BRESP"
-                    with m.Switch(aw_addr[2:]):
-                        for r in rm.registers:
-                            with m.Case(r.offset >> 2):
-                                self._write(m, r, src, store, w_data, w_strb, bmask,
-                                            ro_writes, w1c_clear, tw)
-                        with m.Default():
-                            m.d.sync += axil.bresp.eq(SLVERR)
+                    m.next = "WRITE"        # decode aw_addr in its own cycle (timing)
+                    m.d.sync += [aw_hit.eq(Cat(*(aw_addr[2:] == r.offset >> 2
+                                                 for r in rm.registers))),
+                                 aw_none.eq(Cat(*(aw_addr[2:] == r.offset >> 2
+                                                  for r in rm.registers)) == 0)]
                 with m.Elif(~(aw_full & w_full)):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
                         m.d.sync += [ar_word.eq(axil.araddr[2:]), rd_wait.eq(bool(self.external))]
                         m.next = "READ"
+            with m.State("WRITE"):
+                m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
+                             axil.bresp.eq(OKAY)]
+                m.next = "BRESP"
+                for i, r in enumerate(rm.registers):     # one-hot: no priority chain
+                    with m.If(aw_hit[i]):
+                        self._write(m, r, src, store, w_data, w_strb, bmask,
+                                    ro_writes, w1c_clear, tw)
+                with m.If(aw_none):
+                    m.d.sync += axil.bresp.eq(SLVERR)
             with m.State("READ"):
                 with m.If(rd_wait):
                     m.d.sync += rd_wait.eq(0)

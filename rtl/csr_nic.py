@@ -247,10 +247,14 @@ class CsrNic(wiring.Component):
         # -- memories: seg (its own), the other writable tables (regions), EV states ----
         seg_t = rm.table("seg")
         seg_wb = (seg_t.words - 1).bit_length()
-        seg_mem = Memory(shape=32, depth=seg_t.depth << seg_wb, init=[])
+        # no_rw_check: a word read in the cycle it is written is never used (the bank does
+        # not read during a write command; the weight RMW writes a word it read earlier),
+        # so Yosys adds no collision logic after these block RAMs.
+        seg_mem = Memory(shape=32, depth=seg_t.depth << seg_wb, init=[],
+                         attrs={"no_rw_check": 1})
         m.submodules.shadow_seg = seg_mem
         regions, depth = self._regions()
-        mem = Memory(shape=32, depth=depth, init=[])
+        mem = Memory(shape=32, depth=depth, init=[], attrs={"no_rw_check": 1})
         m.submodules.shadow = mem
         st_mem = Memory(shape=EvState, depth=self.paths, init=[])
         m.submodules.shadow_state = st_mem

@@ -28,6 +28,7 @@ Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper, OCP MRC 1.0
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import wire
@@ -38,7 +39,6 @@ from .ev_counters import EvCounterBank
 from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvCounters, EvEvent, EvState,
                       MemRegion, NicGlobals, PathEntry, ProbeReq, QpContext, RxKind, RxQpContext,
                       WorkRequest)
-from .path_table import PathTable
 from .plane_mux import PlaneMux
 from .nscc import NsccConfig
 from .reliability import RelQpConfig, SenderReliability
@@ -239,7 +239,13 @@ class MRCNic(wiring.Component):
                                           qps=self.qps, ack_client=True)
         m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
                                                    paths=self.paths)
-        m.submodules.probe_table = probe_table = PathTable(self.paths)
+        # The probe path's copy of the path records: written like the other copies, read
+        # once per probe.  A probe read never shares a cycle with a record write (it waits
+        # one cycle), so the block RAM needs no read/write collision logic.
+        m.submodules.probe_entries = probe_mem = Memory(
+            shape=PathEntry, depth=self.paths, init=[], attrs={"no_rw_check": 1})
+        probe_w = probe_mem.write_port()
+        probe_table = probe_mem.read_port(transparent_for=())
         m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window,
                                           shared_parser=self.shared_parser)
 
@@ -253,11 +259,10 @@ class MRCNic(wiring.Component):
             m.d.comb += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
         m.d.comb += [self.ev_st_en.eq(st_en), self.ev_st_addr.eq(st_addr),
                      self.ev_st_state.eq(st_state)]
+        pbits = (self.paths - 1).bit_length()
         m.d.comb += [
-            probe_table.w_en.eq(self.pt_w_en), probe_table.w_addr.eq(self.pt_w_addr),
-            probe_table.w_data.eq(self.pt_w_data),
-            probe_table.st_en.eq(st_en), probe_table.st_addr.eq(st_addr),
-            probe_table.st_state.eq(st_state),
+            probe_w.en.eq(self.pt_w_en & (self.pt_w_addr < self.paths)),
+            probe_w.addr.eq(self.pt_w_addr[:pbits]), probe_w.data.eq(self.pt_w_data),
         ]
 
         # ---- transmit pipeline ------------------------------------------------------------
@@ -337,9 +342,10 @@ class MRCNic(wiring.Component):
         * its per-QP window gate (``tx_ok``) and oldest unacked PSN (``una``)
           drive the segmenter; QPs beyond ``qps`` stay closed;
         * its ``avoid`` mask is ORed into the transmit scheduler's (ECN steering);
-        * each ProbeReq reads its entry from ``probe_table`` (a third copy of
-          the path table, written like the others) and goes to the ACK
-          generator as a probe frame;
+        * each ProbeReq reads its entry from ``probe_table`` (the read port of a
+          third copy of the path records, written like the others; its ``state``
+          is the one last written by the controller, unused by probe frames) and
+          goes to the ACK generator as a probe frame;
         * EV events and send completions leave the NIC;
         * controller probes (``probe_req``) share the probe path; the reply whose
           echoed EV and time stamp match the pending one leaves on ``probe_reply``;
@@ -381,7 +387,7 @@ class MRCNic(wiring.Component):
         pending = Signal()
         out = Signal(ProbeFrameReq)
         out_valid = Signal()
-        free = ~pending & ~out_valid
+        free = ~pending & ~out_valid & ~self.pt_w_en     # no read in a record-write cycle
         take_rel = rel.probe.valid & free
         take_man = self.probe_req.valid & free & ~rel.probe.valid
         man = Signal(ProbeReq)
@@ -390,9 +396,9 @@ class MRCNic(wiring.Component):
             man.ts.eq(rel.now_ns),
             rel.probe.ready.eq(free),
             self.probe_req.ready.eq(free & ~rel.probe.valid),
-            probe_table.rd_en.eq(take_rel | take_man),
-            probe_table.rd_addr.eq(Mux(take_rel, rel.probe.payload.index,
-                                       self.probe_req.payload.index)),
+            probe_table.en.eq(take_rel | take_man),
+            probe_table.addr.eq(Mux(take_rel, rel.probe.payload.index,
+                                    self.probe_req.payload.index)),
             rx.probe.payload.eq(out), rx.probe.valid.eq(out_valid),
         ]
         with m.If(take_rel):
@@ -404,11 +410,11 @@ class MRCNic(wiring.Component):
         with m.If(pending):
             m.d.sync += [
                 out.qp.eq(req.qp), out.probe_id.eq(req.index), out.ts.eq(req.ts),
-                out.entry.eq(probe_table.rd_data), out_valid.eq(1), pending.eq(0),
+                out.entry.eq(probe_table.data), out_valid.eq(1), pending.eq(0),
             ]
             with m.If(req_manual):
                 m.d.sync += [pm_valid.eq(1), pm_index.eq(req.index),
-                             pm_ev.eq(probe_table.rd_data.ev), pm_ts.eq(req.ts)]
+                             pm_ev.eq(probe_table.data.ev), pm_ts.eq(req.ts)]
         with m.If(rx.probe.valid & rx.probe.ready):
             m.d.sync += out_valid.eq(0)
 
