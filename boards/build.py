@@ -170,7 +170,7 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
         # design: stop synth_ecp5 before LUT mapping, map with classic ABC, then finish.
         synth_opts="-run :map_luts",
         script_after_synth=CLASSIC_ABC + "\ntee -q -o top.stat stat",
-        nextpnr_opts=f"--report top.report.json --timing-allow-fail --seed {seed}",
+        nextpnr_opts=f"--report top.report.json --timing-allow-fail --seed {seed} --router router2",
     )
     plan.extract(str(root))
     seconds["elaborate"] = round(time.monotonic() - t0, 1)
