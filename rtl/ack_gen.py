@@ -162,12 +162,16 @@ class AckGen(wiring.Component):
     Latency and throughput: the ICRC is computed first, one byte per cycle,
     through the same beat multiplexer that later drives ``tdata`` (one
     multiplexer and an 8-bit CRC step instead of a second word multiplexer and
-    a 64-bit one); the first beat is valid 77 cycles (ACK) / 65 cycles (probe)
-    after the request is taken, then the beats follow without a gap.  One
-    frame at a time, so a new request is taken the cycle after the last beat's
-    handshake (91 cycles per ACK, 78 per probe with the sink always ready;
-    an ACK lasts 126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never
-    waits on ``tready``.
+    a 64-bit one); the multiplexer, selected by a one-hot beat register, loads
+    a 64-bit beat register that is both the CRC pass's input (one beat per 8
+    cycles) and the output register (``tdata``, ``tlast`` come from flip-flops).
+    The first beat is valid 79 cycles (ACK) / 67 cycles (probe) after the
+    request is taken, then the beats follow without a gap.  One frame at a
+    time, so a new request is taken the cycle after the last beat's handshake
+    (93 cycles per ACK, 80 per probe with the sink always ready; an ACK lasts
+    126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never waits on
+    ``tready``.  The QP context and next-hop MAC are read when the request is
+    taken.
     """
 
     def __init__(self, ports: int = 4, qps: int = MAX_QPS):
@@ -197,41 +201,59 @@ class AckGen(wiring.Component):
         m = Module()
 
         # QP table: the fields used (mode, peer QPN, peer uSID); registers for one or two
-        # QPs (a 2:1 mux is cheaper than distributed RAM), a memory beyond.
-        ctx_layout = data.StructLayout({"mode": EvMode, "peer_qpn": 24, "peer_usid": 16})
+        # QPs (a 2:1 mux is cheaper than distributed RAM), a memory beyond.  The context
+        # of the frame's QP is read when its request is taken.
+        # The EV mode is kept decoded (SRV6, UDP flags).
+        ctx_layout = data.StructLayout({"srv6": 1, "udp": 1, "peer_qpn": 24, "peer_usid": 16})
         ctx_w = Signal(ctx_layout)
-        m.d.comb += [ctx_w.mode.eq(self.qp_w_data.mode), ctx_w.peer_qpn.eq(self.qp_w_data.peer_qpn),
+        m.d.comb += [ctx_w.srv6.eq(self.qp_w_data.mode == EvMode.SRV6),
+                     ctx_w.udp.eq(self.qp_w_data.mode == EvMode.UDP),
+                     ctx_w.peer_qpn.eq(self.qp_w_data.peer_qpn),
                      ctx_w.peer_usid.eq(self.qp_w_data.peer_usid)]
         qp_we = self.qp_w_en & (self.qp_w_addr < self.qps)
-        qp = Signal(3)                    # common: local QP and path entry of the frame
+        new_qp = Signal(3)                # QP of the request being taken
         if self.qps <= 2:
             regs = [Signal(ctx_layout, name=f"qp_ctx{i}") for i in range(self.qps)]
             for i, r in enumerate(regs):
                 with m.If(qp_we & (self.qp_w_addr == i)):
                     m.d.sync += r.eq(ctx_w)
-            ctx = regs[0] if self.qps == 1 else Array(regs)[qp[0]]
+            new_ctx = regs[0] if self.qps == 1 else Array(regs)[new_qp[0]]
         else:
             m.submodules.qp_table = qp_table = memory.Memory(shape=ctx_layout, depth=self.qps,
                                                              init=[])
             qp_wr = qp_table.write_port()
             qp_rd = qp_table.read_port(domain="comb")
             m.d.comb += [qp_wr.addr.eq(self.qp_w_addr), qp_wr.data.eq(ctx_w), qp_wr.en.eq(qp_we),
-                         qp_rd.addr.eq(qp)]
-            ctx = qp_rd.data
+                         qp_rd.addr.eq(new_qp)]
+            new_ctx = qp_rd.data
 
-        req = Signal(AckRequest, reset_less=True)   # ACK fields (while an ACK is built)
-        probe_id = Signal(16, reset_less=True)      # probe fields (while a probe is built)
-        probe_ts = Signal(32, reset_less=True)
-        ent = Signal(PathEntry, reset_less=True)
+        # The frame's fields, registered when its request is taken (kind-specific
+        # choices made there, so the beat mux below selects registers only).
+        peer_qpn = Signal(24, reset_less=True)      # BTH.DestQP (QP context)
+        peer_usid = Signal(16, reset_less=True)     # SRV6 arrival DA bytes 4..5 (QP context)
+        dst_mac = Signal(48, reset_less=True)       # next_hop_mac[port]
+        port = Signal(3, reset_less=True)           # plane
+        da = Signal(128, reset_less=True)           # IPv6 DA
+        fl = Signal(20, reset_less=True)            # flow label (EV mode applied)
+        sport = Signal(16, reset_less=True)         # UDP source port (EV mode applied)
+        psn = Signal(24, reset_less=True)           # BTH.PSN: cum_psn (ACK) or 0 (probe)
+        tail = Signal(8 * 24, reset_less=True)      # bytes 74..97 in lane order: AETH +
+        #                                             MRCSack (ACK) or MRCProbe + zeros
         is_probe = Signal()               # kind of the frame being built
         last_ack = Signal()               # the last request taken was an ACK
         busy = Signal()                   # a frame is being built (ICRC pass, then beats)
         sending = Signal()                # ... and its beats are being sent
-        beat = Signal(4, reset_less=True)
-        half = Signal(3, reset_less=True)   # ICRC pass: byte of the beat
+        fill = Signal()                   # ICRC pass: ``word`` not loaded yet
+        beat = Signal(4, reset_less=True)   # the next beat to load into ``word``
+        beat_oh = Signal(_BEATS, reset_less=True)   # ... one-hot (selects the beat mux)
+        half = Signal(3, reset_less=True)   # ICRC pass: byte of ``word`` taken this cycle
         crc = Signal(32, reset_less=True)
+        word = Signal(64, reset_less=True)  # the beat register: ICRC pass input, then tdata
+        out_valid = Signal()              # ``word`` holds a beat to send
+        out_last = Signal()               # ... the frame's last
         g = self.globals
-        view = busy & ~sending            # the beat mux shows the ICRC view of the frame
+        view = Signal()                   # ICRC pass: the beat mux shows the ICRC view
+        sv = Signal()                     # ... and the DA its SRV6 arrival form
 
         # ---- the frame, as bytes (wire order), with the ICRC view's fields -----
         # Bytes 6..21 are constant in the ICRC view (pseudo LRH, version/TC/flow
@@ -239,83 +261,98 @@ class AckGen(wiring.Component):
         # CRC state.  Of the later bytes, the view differs in the DA (its arrival
         # form), the UDP checksum and BTH byte 2 (ones): those bytes show the view
         # while ``view`` is set.
-        srv6 = ctx.mode == EvMode.SRV6
-        udp = ctx.mode == EvMode.UDP
-        sv = view & srv6
         tc = Cat(Const(wire.ECN_ECT0, 2), g.dscp)
-        fl = Mux(udp, 0, ent.ev[:20])
-        sport = Cat(Mux(udp, ent.ev[:14], ent.ev[20:32]), Const(0b11, 2))
         ver_tc_fl = Cat(fl, tc, Const(6, 4))                    # 32 bits
         l3_len = Mux(is_probe, Const(PROBE_FRAME_BYTES - 54, 16),    # IPv6 payload = UDP length
                      Const(ACK_FRAME_BYTES - 54, 16))
         opcode = Mux(is_probe, wire.OP_PROBE, wire.OP_ACK)
-        psn = req.cum_psn                 # zeroed when a probe is taken
-        da = _be(ent.da, 16)
-        da = (da[:4] + [Mux(sv, b, d) for b, d in zip(_be(ctx.peer_usid, 2), da[4:6])]
-              + [Mux(sv, 0, d) for d in da[6:]])                 # SRV6 arrival: block|uSID|0
+        da_b = _be(da, 16)
+        da_b = (da_b[:4] + [Mux(sv, b, d) for b, d in zip(_be(peer_usid, 2), da_b[4:6])]
+                + [Mux(sv, 0, d) for d in da_b[6:]])             # SRV6 arrival: block|uSID|0
         ones = [view.replicate(8)]
-        head = (                                                 # bytes 0..73, both kinds
-            _be(self.next_hop_mac[ent.port], 6) + _be(g.src_mac, 6) + _c(0x86DD, 2)
+        frame = (                                                # bytes 0..97
+            _be(dst_mac, 6) + _be(g.src_mac, 6) + _c(0x86DD, 2)
             + _be(ver_tc_fl, 4) + _be(l3_len, 2) + _c(17, 1) + _c(64, 1)
-            + _be(g.src_ip, 16) + da
+            + _be(g.src_ip, 16) + da_b
             + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _be(l3_len, 2) + ones * 2
             + _be(opcode, 1) + _c(0, 1) + _c(0xFFFF, 2) + ones
-            + _be(ctx.peer_qpn, 3) + _c(0, 1) + _be(psn, 3)
+            + _be(peer_qpn, 3) + _c(0, 1) + _be(psn, 3)
+            + [tail[8 * i:8 * i + 8] for i in range(24)]
         )
-        ack_frame = head + (
-            _be(req.syndrome, 1) + _be(req.msn, 3)
-            + _be(req.ev, 4) + _be(req.flags, 1) + _be(req.base_psn, 3)
-            + _be(req.bitmap, 8) + _be(req.ts, 4)
-        )
-        probe_frame = head + (
-            _be(ent.ev, 4) + _be(Cat(ent.port, Const(0, 5)), 1) + _c(0, 1) + _be(probe_id, 2)
-            + _be(probe_ts, 4)
-        )
-        assert len(ack_frame) == ACK_FRAME_BYTES - 4
-        assert len(probe_frame) == PROBE_FRAME_BYTES - 4
+        assert len(frame) == ACK_FRAME_BYTES - 4
 
+        # The ICRC (little-endian) follows byte 97 (ACK) or byte 85 (probe, whose
+        # tail bytes 86..97 are zero).
         icrc = crc32_final(crc)
-        icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]     # ICRC little-endian
+        icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]
         pad_to = 8 * _BEATS
-        ack_bytes = ack_frame + icrc_le
-        ack_bytes += [Const(0, 8)] * (pad_to - len(ack_bytes))
-        probe_bytes = probe_frame + icrc_le
-        probe_bytes += [Const(0, 8)] * (pad_to - len(probe_bytes))
-        wire_bytes = [a if a is p else Mux(is_probe, p, a) for a, p in zip(ack_bytes, probe_bytes)]
-        # The beat mux as an AND-OR over a one-hot beat select (cheaper than a mux tree).
+        wire_bytes = frame + icrc_le + [Const(0, 8)] * (pad_to - len(frame) - 4)
+        for i, b in enumerate(icrc_le):
+            at = PROBE_FRAME_BYTES - 4 + i
+            wire_bytes[at] = wire_bytes[at] | Mux(is_probe, b, 0)
+            wire_bytes[ACK_FRAME_BYTES - 4 + i] = Mux(is_probe, 0, b)
+        # The beat mux as an AND-OR over the registered one-hot beat select (cheaper
+        # than a mux tree, and no beat decoder in front of it); it feeds ``word`` only.
         tdata = Signal(64)
-        m.d.comb += tdata.eq(_or_tree([Mux(beat == b, Cat(*wire_bytes[8 * b:8 * b + 8]), 0)
+        m.d.comb += tdata.eq(_or_tree([Mux(beat_oh[b], Cat(*wire_bytes[8 * b:8 * b + 8]), 0)
                                        for b in range(_BEATS)]))
 
         # ---- ICRC pass over the same beat mux: 1 byte per cycle --------------
-        # Byte `half` of beat `beat`, from byte 22 (beat 2 byte 6) to the last byte
-        # covered: ACK byte 97 (beat 12 byte 1), probe byte 85 (beat 10 byte 5).
-        crc_word = tdata.word_select(half, 8)
-        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT) & (half == 5),
-                       (beat == _CRC_END_BEAT) & (half == 1))
+        # ``word`` holds beat ``beat - 1``; byte ``half`` of it, from byte 22 (beat 2
+        # byte 6) to the last byte covered: ACK byte 97 (beat 12 byte 1), probe byte
+        # 85 (beat 10 byte 5).  The first cycle (``fill``) only loads beat 2.  The byte
+        # taken is registered (``crc_byte``) and folded into ``crc`` on the next cycle.
+        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT + 1) & (half == 5),
+                       (beat == _CRC_END_BEAT + 1) & (half == 1))
+        load_word = Signal()
+        crc_byte = Signal(8, reset_less=True)    # the byte taken last cycle, and whether
+        crc_en = Signal()                        # one was: folded into ``crc`` this cycle
+        m.d.sync += crc_en.eq(0)
+        with m.If(crc_en):
+            m.d.sync += crc.eq(crc32_update(crc, crc_byte, 1))
         with m.If(view):
-            m.d.sync += [crc.eq(crc32_update(crc, crc_word, 1)), half.eq(half + 1)]
-            with m.If(half == 7):
-                m.d.sync += beat.eq(beat + 1)
-            with m.If(crc_last):
-                m.d.sync += [sending.eq(1), beat.eq(0)]
+            with m.If(fill):
+                m.d.comb += load_word.eq(1)
+                m.d.sync += fill.eq(0)
+            with m.Else():
+                m.d.sync += [crc_byte.eq(word.word_select(half, 8)), crc_en.eq(1),
+                             half.eq(half + 1)]
+                m.d.comb += load_word.eq(half == 7)
+                with m.If(crc_last):
+                    m.d.sync += [sending.eq(1), view.eq(0), sv.eq(0)]
 
-        # ---- output routing --------------------------------------------------
+        # ---- output routing: ``word`` is the output register ---------------------
         out_ready = Signal()
-        is_last = beat == Mux(is_probe, _PROBE_BEATS - 1, _BEATS - 1)
         last_keep = Mux(is_probe, (1 << (PROBE_FRAME_BYTES - 8 * (_PROBE_BEATS - 1))) - 1,
                         (1 << (ACK_FRAME_BYTES - 8 * (_BEATS - 1))) - 1)
         for i in range(self.ports):
-            port = getattr(self, f"m_axis_p{i}")
-            sel = ent.port == i
+            axis = getattr(self, f"m_axis_p{i}")
+            sel = port == i
             m.d.comb += [
-                port.tdata.eq(tdata),
-                port.tkeep.eq(Mux(is_last, last_keep, 0xFF)),
-                port.tlast.eq(is_last),
-                port.tvalid.eq(sending & sel),
+                axis.tdata.eq(word),
+                axis.tkeep.eq(Mux(out_last, last_keep, 0xFF)),
+                axis.tlast.eq(out_last),
+                axis.tvalid.eq(out_valid & sel),
             ]
             with m.If(sel):
-                m.d.comb += out_ready.eq(port.tready)
+                m.d.comb += out_ready.eq(axis.tready)
+        advance = ~out_valid | out_ready
+        with m.If(sending & advance):
+            with m.If(out_valid & out_last):          # the last beat is handed over
+                m.d.sync += [busy.eq(0), sending.eq(0), out_valid.eq(0)]
+                with m.If(is_probe):
+                    m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
+                with m.Else():
+                    m.d.sync += self.sent.eq(self.sent + 1)
+            with m.Else():
+                m.d.comb += load_word.eq(1)
+                m.d.sync += [out_valid.eq(1),
+                             out_last.eq(Mux(is_probe, beat_oh[_PROBE_BEATS - 1],
+                                             beat_oh[_BEATS - 1]))]
+        with m.If(load_word):
+            m.d.sync += [word.eq(tdata), beat.eq(beat + 1), beat_oh.eq(beat_oh << 1)]
+        with m.If(view & ~fill & crc_last):           # the beats restart from beat 0
+            m.d.sync += [beat.eq(0), beat_oh.eq(1)]
 
         # ---- arbitration and control ----------------------------------------
         ack_wait = self.req.valid & self.path.valid
@@ -330,28 +367,36 @@ class AckGen(wiring.Component):
             self.probe.ready.eq(take_probe),
         ]
         new_ent = Signal(PathEntry)
-        m.d.comb += new_ent.eq(Mux(take_probe, self.probe.payload.entry, self.path.payload.entry))
+        m.d.comb += [
+            new_ent.eq(Mux(pick_probe, self.probe.payload.entry, self.path.payload.entry)),
+            new_qp.eq(Mux(pick_probe, self.probe.payload.qp, self.req.payload.qp)),
+        ]
+        ack, prb = self.req.payload, self.probe.payload
+        new_srv6 = new_ctx.srv6
+        new_udp = new_ctx.udp
+        ack_tail = Cat(*(_be(ack.syndrome, 1) + _be(ack.msn, 3) + _be(ack.ev, 4)
+                         + _be(ack.flags, 1) + _be(ack.base_psn, 3) + _be(ack.bitmap, 8)
+                         + _be(ack.ts, 4)))
+        probe_tail = Cat(*(_be(new_ent.ev, 4) + _be(Cat(new_ent.port, Const(0, 5)), 1)
+                           + _c(0, 1) + _be(prb.probe_id, 2) + _be(prb.ts, 4)))
+        dropping = (new_ent.n_carriers > 1) | (new_ent.port >= self.ports)
         with m.If(take_ack | take_probe):
-            m.d.sync += [ent.eq(new_ent), is_probe.eq(take_probe), last_ack.eq(take_ack),
-                         beat.eq(_CRC_FIRST_BEAT), half.eq(6), sending.eq(0),
-                         crc.eq(Mux(take_probe, _PCRC_INIT, _CRC_INIT))]
-            with m.If((new_ent.n_carriers > 1) | (new_ent.port >= self.ports)):
+            m.d.sync += [
+                is_probe.eq(take_probe), last_ack.eq(take_ack),
+                peer_qpn.eq(new_ctx.peer_qpn), peer_usid.eq(new_ctx.peer_usid),
+                sv.eq(new_srv6 & ~dropping), view.eq(~dropping),
+                dst_mac.eq(self.next_hop_mac[new_ent.port]), port.eq(new_ent.port),
+                da.eq(new_ent.da),
+                fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
+                sport.eq(Cat(Mux(new_udp, new_ent.ev[:14], new_ent.ev[20:32]), Const(0b11, 2))),
+                psn.eq(Mux(pick_probe, 0, ack.cum_psn)),
+                tail.eq(Mux(pick_probe, probe_tail, ack_tail)),
+                beat.eq(_CRC_FIRST_BEAT), beat_oh.eq(1 << _CRC_FIRST_BEAT),
+                half.eq(6), fill.eq(1), sending.eq(0), out_valid.eq(0),
+                crc.eq(Mux(pick_probe, _PCRC_INIT, _CRC_INIT))]
+            with m.If(dropping):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():
                 m.d.sync += busy.eq(1)
-        with m.If(take_ack):
-            m.d.sync += [req.eq(self.req.payload), qp.eq(self.req.payload.qp)]
-        with m.If(take_probe):
-            m.d.sync += [qp.eq(self.probe.payload.qp), probe_id.eq(self.probe.payload.probe_id),
-                         req.cum_psn.eq(0),                       # BTH.PSN 0
-                         probe_ts.eq(self.probe.payload.ts)]
-        with m.If(sending & out_ready):
-            m.d.sync += beat.eq(beat + 1)
-            with m.If(is_last):
-                m.d.sync += [busy.eq(0), sending.eq(0)]
-                with m.If(is_probe):
-                    m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
-                with m.Else():
-                    m.d.sync += self.sent.eq(self.sent + 1)
 
         return m

@@ -56,6 +56,14 @@ def _zext(value, width):
     return Cat(value, Const(0, width - len(value)))
 
 
+def _or_tree(values):
+    """OR of ``values``, as a balanced tree."""
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def _bytes(vec, start, stop):
     """Bytes ``start``..``stop-1`` of a lane-ordered byte vector."""
     return vec[8 * start:8 * stop]
@@ -119,6 +127,12 @@ class HeaderGen(wiring.Component):
     previous ``tlast`` beat: zero idle cycles between back-to-back headers.
     Backpressure: ``tvalid`` and the beat stay stable while ``tready`` is low;
     ``pkt.ready`` is low while the waiting slot is full.
+
+    Timing: every packet-dependent choice (flow label, source port, lengths,
+    next-hop MAC) is made when a packet moves from the waiting to the active
+    slot; the beat is an AND-OR over a registered one-hot beat state and
+    registers; the segment memory's read address and read data are registered
+    (the read runs two beats ahead), so no block RAM output feeds logic.
     """
 
     def __init__(self, ports: int = 4):
@@ -140,7 +154,10 @@ class HeaderGen(wiring.Component):
         m = Module()
 
         # ---------------------------------------------------------------- segment memory
-        m.submodules.seg_mem = seg_mem = Memory(shape=128, depth=SEG_DEPTH, init=[])
+        # no_rw_check: a word is never written while a packet that reads it is in
+        # flight (see ``seg_w_*``), so Yosys adds no read/write collision logic.
+        m.submodules.seg_mem = seg_mem = Memory(shape=128, depth=SEG_DEPTH, init=[],
+                                                attrs={"no_rw_check": 1})
         seg_wr = seg_mem.write_port()
         seg_rd = seg_mem.read_port()
         m.d.comb += [
@@ -156,157 +173,198 @@ class HeaderGen(wiring.Component):
         with m.If(self.pkt.valid & self.pkt.ready):
             m.d.sync += [nxt.eq(self.pkt.payload), nxt_valid.eq(1)]
 
-        # Derived fields of the waiting packet, registered into the active slot.
-        n_raw = nxt.path.entry.n_carriers
+        # Derived fields of the waiting packet, registered into the active slot: every
+        # choice that depends on the packet only is made here, so the beat mux below
+        # selects registers.
+        g = self.globals
+        entry_n = nxt.path.entry
+        n_raw = entry_n.n_carriers
         bad_n = (n_raw == 0) | (n_raw > MAX_CARRIERS)
-        bad_port = nxt.path.entry.port >= self.ports if self.ports < MAX_PORTS else Const(0)
+        bad_port = entry_n.port >= self.ports if self.ports < MAX_PORTS else Const(0)
         n_fix = Mux(n_raw == 0, 1, Mux(n_raw > MAX_CARRIERS, MAX_CARRIERS, n_raw))
         has_imm = nxt.opcode == OP_WRITE_ONLY_IMM
         srh = n_fix > 1
         pad = (-nxt.length)[:2]
-        srh_len = Mux(srh, 8 + 16 * n_fix, 0)
-        udp_len = _UDP_FIXED + Mux(has_imm, 4, 0) + nxt.length + pad
-        srh_beats = Mux(srh, 2 * n_fix + 1, 0)
+        # UDP length = 40 + 4 * imm + length + pad and IPv6 payload length = UDP length
+        # + SRH length (8 + 16n), all multiples of 4: in words of 4 bytes, the words of
+        # the payload (length rounded up: a carry-in) plus a small constant chosen by
+        # (imm, n): one carry chain each.
+        words = nxt.length[2:]
+        part = nxt.length[:2] != 0
+        k_udp = Cat(has_imm, Const(_UDP_FIXED // 4 >> 1, 3))
+        assert _UDP_FIXED // 4 == 10
+        k_ip = Signal(5)
+        with m.Switch(Cat(n_raw, has_imm)):
+            for n in range(8):
+                for imm in (0, 1):
+                    nf = min(max(n, 1), MAX_CARRIERS)
+                    with m.Case(n | imm << 3):
+                        m.d.comb += k_ip.eq(_UDP_FIXED // 4 + imm
+                                            + ((8 + 16 * nf) // 4 if nf > 1 else 0))
+        udp_len = Cat(Const(0, 2), words + k_udp + part)
+        ip_len = Cat(Const(0, 2), words + k_ip + part)
+        mode_udp = nxt.mode == EvMode.UDP
+        port_idx = entry_n.port if self.ports == MAX_PORTS else \
+            Mux(entry_n.port >= self.ports, self.ports - 1, entry_n.port)
 
         cur = Signal(TxPacket)
-        cur_n = Signal(3)
+        cur_srh = Signal()            # an SRH follows the IPv6 header (n > 1)
+        cur_srv6 = Signal()           # mode SRV6 (ICRC view: arrival DA, Segments Left 0)
         cur_imm = Signal()
+        cur_last_entry = Signal(2)    # SRH Last Entry = n - 1
+        cur_dst_mac = Signal(48)
+        cur_fl = Signal(20)           # flow label
+        cur_sport = Signal(16)        # UDP source port
+        cur_imm_val = Signal(32)      # ImmDt, or 0 without it
         cur_pad = Signal(2)
         cur_udp_len = Signal(16)
         cur_ip_len = Signal(16)
-        cur_srh_beats = Signal(4)
-        cur_last_beat = Signal(5)     # index of the tlast beat
         cur_valid = Signal()
-        beat = Signal(5)              # index of the next beat to present
         errors = Signal(16)
         m.d.comb += self.errors.eq(errors)
 
-        # ---------------------------------------------------------------- output register
+        # ---------------------------------------------------------------- beat sequence
+        # The beat about to be built is one-hot in ``st``: 0..5 Ethernet/IPv6, 6 = beat 6
+        # (IPv6 DA end + the next section's first 2 bytes), then with an SRH: J0 (SRH
+        # bytes 2..7 + segment 0 bytes 0..1), and per segment k: JO (segment k bytes
+        # 2..9), JE (segment k bytes 10..15 + segment k+1 bytes 0..1, or the tail's first
+        # 2 bytes after the last segment); then the 5 tail beats T0..T4.
+        FX, B6, J0, JO, JE, T = 0, 6, 7, 8, 9, 10
+        st = Signal(15)
+        kseg = Signal(2)              # segment of the JO/JE pair under way
+        # Lanes 6..7 of beats 6 and JE come from one of three places, decided one beat
+        # ahead: SRH bytes 0..1, the tail's bytes 0..1, or a segment's bytes 0..1.
+        sel_sf01 = Signal()
+        sel_tl01 = Signal()
+        sel_seg01 = Signal()
+        beat = Signal(5)              # index of the beat about to be built (segment reads)
+
         out_valid = Signal()
         advance = ~out_valid | self.m_axis.tready
-        at_last = beat == cur_last_beat
+        at_last = st[T + 4]
         load = nxt_valid & (~cur_valid | (advance & at_last))
+        step = advance & cur_valid
+        k_last = kseg == cur_last_entry
 
         with m.If(load):
             m.d.sync += [
                 cur.eq(nxt),
-                cur_n.eq(n_fix),
+                cur_srh.eq(srh),
+                cur_srv6.eq(nxt.mode == EvMode.SRV6),
                 cur_imm.eq(has_imm),
+                cur_last_entry.eq(n_fix - 1),
+                cur_dst_mac.eq(self.next_hop_mac[port_idx]),
+                cur_fl.eq(Mux(mode_udp, 0, entry_n.ev[0:20])),
+                cur_sport.eq(0xC000 | Mux(mode_udp, entry_n.ev[0:14], entry_n.ev[20:32])),
+                cur_imm_val.eq(Mux(has_imm, nxt.imm, 0)),
                 cur_pad.eq(pad),
                 cur_udp_len.eq(udp_len),
-                cur_ip_len.eq(udp_len + srh_len),
-                cur_srh_beats.eq(srh_beats),
-                cur_last_beat.eq(11 + srh_beats),
+                cur_ip_len.eq(ip_len),
                 cur_valid.eq(1),
-                beat.eq(0),
+                st.eq(1 << FX), kseg.eq(0), beat.eq(0),
+                sel_sf01.eq(0), sel_tl01.eq(0), sel_seg01.eq(0),
                 nxt_valid.eq(0),
             ]
             with m.If(bad_n | bad_port):
                 m.d.sync += errors.eq(errors + 1)
-        with m.Elif(advance & cur_valid):
-            m.d.sync += beat.eq(beat + 1)
+        with m.Elif(step):
+            m.d.sync += [
+                beat.eq(beat + 1),
+                st.eq(Cat(
+                    Const(0, 1), st[FX:FX + 5],                        # FX1..FX5
+                    st[FX + 5],                                        # B6
+                    st[B6] & cur_srh,                                  # J0
+                    st[J0] | (st[JE] & ~k_last),                       # JO
+                    st[JO],                                            # JE
+                    (st[B6] & ~cur_srh) | (st[JE] & k_last),           # T0
+                    st[T:T + 4])),                                     # T1..T4
+                sel_sf01.eq(st[FX + 5] & cur_srh),
+                sel_tl01.eq((st[FX + 5] & ~cur_srh) | (st[JO] & k_last)),
+                sel_seg01.eq((st[B6] & cur_srh) | (st[JO] & ~k_last)),
+            ]
+            with m.If(st[JE]):
+                m.d.sync += kseg.eq(kseg + 1)
             with m.If(at_last):
-                m.d.sync += cur_valid.eq(0)
+                m.d.sync += [cur_valid.eq(0), st.eq(0)]
 
         # ---------------------------------------------------------------- SRH segment reader
-        # SRH beat j (= beat - 7) needs segment word j >> 1 on the read port's
-        # data: j = 0 takes its bytes 0..1, j = 2k+1 bytes 2..9 of word k, and
-        # j = 2k+2 bytes 0..1 of word k+1 after bytes 10..15 of word k, kept in
-        # ``seg_hold`` from beat 2k+1.  The read advances with the beat, one beat
-        # ahead: the word for beat b+1 is addressed while beat b is presented.
-        seg_hold = Signal(48)
-        seg_next = (beat - 6)[1:3]          # (beat + 1 - 7) >> 1, the next beat's word
+        # Beat J0 needs segment word 0, JO(k) word k, JE(k) word k+1 (its bytes 0..1;
+        # bytes 10..15 of word k are kept in ``seg_hold`` from JO(k)): word (beat-7) >> 1.
+        # The memory's read data is registered (``seg_word``) before any logic, so the
+        # read runs two beats ahead: the word for beat b+2 is addressed while beat b is
+        # built.  Read port and register advance with the beats.
+        seg_q = Signal(128, reset_less=True)
+        seg_hold = Signal(48, reset_less=True)
+        # The read address is itself registered, computed when ``beat`` steps.
+        seg_addr = Signal(8)
+        with m.If(step):
+            m.d.sync += seg_addr.eq(cur.path.entry.seg_base + (beat - 4)[1:3])   # (b+1+2-7)>>1
         m.d.comb += [
-            seg_rd.addr.eq(cur.path.entry.seg_base + seg_next),
+            seg_rd.addr.eq(seg_addr),
             seg_rd.en.eq(advance),
         ]
+        with m.If(advance):
+            m.d.sync += seg_q.eq(seg_rd.data)
+        seg_word = _wire(seg_q, 16)
+        with m.If(step & st[JO]):
+            m.d.sync += seg_hold.eq(_bytes(seg_word, 10, 16))
 
         # ---------------------------------------------------------------- header sections
-        g = self.globals
         entry = cur.path.entry
-        mode_udp = cur.mode == EvMode.UDP
-        mode_srv6 = cur.mode == EvMode.SRV6
-        has_srh = cur_srh_beats != 0
-        port_idx = entry.port if self.ports == MAX_PORTS else \
-            Mux(entry.port >= self.ports, self.ports - 1, entry.port)
-        dst_mac = self.next_hop_mac[port_idx]
-        flow_label = Mux(mode_udp, 0, entry.ev[0:20])
-        sport = 0xC000 | Mux(mode_udp, entry.ev[0:14], entry.ev[20:32])
         tc = Cat(Const(_ECT0, 2), g.dscp)
-        last_entry = _zext(cur_n - 1, 8)
-
+        last_entry = _zext(cur_last_entry, 8)
         fx = Cat(           # Ethernet + IPv6, 54 bytes in lane order
-            _wire(dst_mac, 6), _wire(g.src_mac, 6), _wire(Const(_ETHERTYPE_IPV6, 16), 2),
-            Cat(tc[4:8], Const(6, 4)), _wire(Cat(flow_label, tc[0:4]), 3),
-            _wire(cur_ip_len, 2), _zext(Mux(has_srh, _NH_ROUTING, _NH_UDP), 8),
+            _wire(cur_dst_mac, 6), _wire(g.src_mac, 6), _wire(Const(_ETHERTYPE_IPV6, 16), 2),
+            Cat(tc[4:8], Const(6, 4)), _wire(Cat(cur_fl, tc[0:4]), 3),
+            _wire(cur_ip_len, 2), _zext(Mux(cur_srh, _NH_ROUTING, _NH_UDP), 8),
             Const(_HOP_LIMIT, 8), _wire(g.src_ip, 16), _wire(entry.da, 16))
         sf = Cat(           # the 8 SRH bytes before the segment list
-            Const(_NH_UDP, 8), _zext(cur_n << 1, 8), Const(_SRH_TYPE, 8),
-            last_entry, last_entry, Const(0, 24))
+            Const(_NH_UDP, 8), _zext(Cat(Const(0, 1), cur_last_entry + 1), 8),
+            Const(_SRH_TYPE, 8), last_entry, last_entry, Const(0, 24))
         tl = Cat(           # UDP + BTH + RETH + ImmDt, 40 bytes (+2 zero bytes)
-            _wire(sport, 2), _wire(Const(ROCEV2_PORT, 16), 2), _wire(cur_udp_len, 2),
+            _wire(cur_sport, 2), _wire(Const(ROCEV2_PORT, 16), 2), _wire(cur_udp_len, 2),
             Const(0, 16),
             cur.opcode, Cat(Const(0, 4), cur_pad, Const(0, 2)), _wire(Const(_PKEY, 16), 2),
             Const(0, 8), _wire(cur.dest_qpn, 3), Cat(Const(0, 7), cur.last), _wire(cur.psn, 3),
             _wire(cur.va, 8), _wire(cur.rkey, 4), _wire(cur.length, 4),
-            _wire(Mux(cur_imm, cur.imm, 0), 4), Const(0, 16))
-        seg_word = _wire(seg_rd.data, 16)
+            _wire(cur_imm_val, 4), Const(0, 16))
 
-        # Beat numbering: 0..6 Ethernet/IPv6 (beat 6 ends with 2 bytes of the next
-        # section), 7..6+srh_beats the SRH (beat 7: SRH[2:8] + seg0[0:2]; then per
-        # segment k: seg k[2:10], seg k[10:16] + next section[0:2]), then 5 tail beats.
-        j = Signal(5)       # beat index inside the SRH region
-        t = Signal(5)       # beat index inside the tail region
-        m.d.comb += [j.eq(beat - 7), t.eq(beat - 7 - cur_srh_beats)]
-        k_last = (j - 1)[1:3] == cur_n - 1      # beat 2k+2 ends segment k = n-1
-        with m.If(advance & j[0]):
-            m.d.sync += seg_hold.eq(_bytes(seg_word, 10, 16))
-
+        # The beat: an AND-OR over the registered one-hot selects (no decoder, no
+        # priority chain in front of the output register).
+        z16, z48 = Const(0, 16), Const(0, 48)
+        terms = [(st[FX + i], fx[64 * i:64 * i + 64]) for i in range(6)]
+        terms += [
+            (st[B6], Cat(_bytes(fx, 48, 54), z16)),
+            (st[J0], Cat(_bytes(sf, 2, 8), z16)),
+            (st[JO], _bytes(seg_word, 2, 10)),
+            (st[JE], Cat(seg_hold, z16)),
+            (sel_sf01, Cat(z48, sf[:16])),
+            (sel_tl01, Cat(z48, tl[:16])),
+            (sel_seg01, Cat(z48, seg_word[:16])),
+        ]
+        terms += [(st[T + i], _bytes(tl, 2 + 8 * i, 10 + 8 * i)) for i in range(5)]
         d = Signal(64)
-        with m.If(beat < 6):
-            m.d.comb += d.eq(fx.word_select(beat[:3], 64))
-        with m.Elif(beat == 6):
-            m.d.comb += d.eq(Cat(_bytes(fx, 48, 54), Mux(has_srh, sf[:16], tl[:16])))
-        with m.Elif(j < cur_srh_beats):
-            with m.If(j == 0):
-                m.d.comb += d.eq(Cat(_bytes(sf, 2, 8), seg_word[:16]))
-            with m.Elif(j[0]):
-                m.d.comb += d.eq(_bytes(seg_word, 2, 10))
-            with m.Else():
-                m.d.comb += d.eq(Cat(seg_hold, Mux(k_last, tl[:16], seg_word[:16])))
-        with m.Else():
-            with m.Switch(t):
-                for i in range(5):
-                    with m.Case(i):
-                        m.d.comb += d.eq(_bytes(tl, 2 + 8 * i, 10 + 8 * i))
+        m.d.comb += d.eq(_or_tree([Mux(sel, value, 0) for sel, value in terms]))
 
         # ICRC view = the beat with some lanes forced (IBTA A17.3.3 masking; arrival
         # DA = block | peer uSID | 0 and Segments Left 0 in SRV6 mode, RFC 9800/8754):
-        # view = (d & ~clear) | set, then the peer uSID into DA bytes 4..5.
-        set_, clear = Signal(64), Signal(64)
-        usid_lanes = mode_srv6 & (beat == 5)
-        with m.Switch(beat):
-            with m.Case(0):
-                m.d.comb += set_.eq(0xFFFF << 48)                          # bytes 6..7
-            with m.Case(1):
-                m.d.comb += set_.eq(0xFF0F_FFFF_FFFF_FFFF)                 # 8..13, TC, FL
-            with m.Case(2):
-                m.d.comb += set_.eq(0x0000_FF00_0000_FFFF)                 # FL, hop limit
-            with m.Case(5):
-                m.d.comb += clear.eq(Mux(mode_srv6, 0xFFFF_FFFF_0000_0000, 0))  # DA 6..9
-            with m.Case(6):
-                m.d.comb += clear.eq(Mux(mode_srv6, 0x0000_FFFF_FFFF_FFFF, 0))  # DA 10..15
-            with m.Case(7):
-                with m.If(has_srh & mode_srv6):
-                    m.d.comb += clear.eq(0xFF00)                           # Segments Left
-        with m.If(t == 0):
-            m.d.comb += set_.eq(0x0000_FFFF_0000_0000)                     # UDP checksum
-        with m.Elif(t == 1):
-            m.d.comb += set_.eq(0x0000_0000_00FF_0000)                     # BTH byte 4
+        # view = (d & ~clear) | set | the peer uSID in DA bytes 4..5 (beat 5 lanes 2..3).
+        usid_lanes = st[FX + 5] & cur_srv6
+        set_ = _or_tree([
+            Mux(st[FX + 0], 0xFFFF << 48, 0),                        # bytes 6..7
+            Mux(st[FX + 1], 0xFF0F_FFFF_FFFF_FFFF, 0),               # 8..13, TC, FL
+            Mux(st[FX + 2], 0x0000_FF00_0000_FFFF, 0),               # FL, hop limit
+            Mux(st[T + 0], 0x0000_FFFF_0000_0000, 0),                # UDP checksum
+            Mux(st[T + 1], 0x0000_0000_00FF_0000, 0),                # BTH byte 4
+        ])
+        clear = _or_tree([
+            Mux(usid_lanes, 0xFFFF_FFFF_FFFF_0000, 0),               # DA 4..9
+            Mux(st[B6] & cur_srv6, 0x0000_FFFF_FFFF_FFFF, 0),        # DA 10..15
+            Mux(st[J0] & cur_srv6, 0xFF00, 0),                       # Segments Left
+        ])
+        usid = Cat(Const(0, 16), Mux(usid_lanes, _wire(cur.peer_usid, 2), 0), Const(0, 32))
         v = Signal(64)
-        m.d.comb += v.eq((d & ~clear) | set_)
-        with m.If(usid_lanes):
-            m.d.comb += v[16:32].eq(_wire(cur.peer_usid, 2))               # DA 4..5
+        m.d.comb += v.eq((d & ~clear) | set_ | usid)
 
         # Last beat: 2 bytes (no ImmDt) or 6 bytes (ImmDt).
         last_keep = Mux(cur_imm, 0x3F, 0x03)

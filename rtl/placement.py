@@ -77,7 +77,8 @@ class Placement(wiring.Component):
     short_frames : Out(32)
         Payload frames that ended before ``length`` bytes.
     bytes_written : Out(32)
-        Payload bytes written (strobes set).
+        Payload bytes written (strobes set), counted as they are taken from
+        ``payload`` into a W beat; the count is updated 3 clocks later.
 
     Throughput: one W beat per clock; a packet whose bytes straddle one more
     8-byte word than its payload has beats (unaligned ``addr``) takes one
@@ -117,6 +118,7 @@ class Placement(wiring.Component):
         addr_hi = Signal(aw - 11, reset_less=True)  # ... the command's bits [11, aw) ...
         aw_cross = Signal(2)     # ... plus the 2 KiB boundaries crossed so far
         aw_left = Signal(10, reset_less=True)   # beats still to announce on AW
+        to_boundary = Signal(9, reset_less=True)  # beats to the 2 KiB edge: 256 - aw_lo
         aw_done = Signal()
         w_done = Signal()        # every W beat sent and the frame drained
 
@@ -132,6 +134,7 @@ class Placement(wiring.Component):
             m.d.sync += [
                 busy.eq(1), shift.eq(c.addr[:3]),
                 aw_lo.eq(c.addr[3:11]), addr_hi.eq(c.addr[11:]), aw_cross.eq(0),
+                to_boundary.eq(256 - c.addr[3:11]),
                 aw_left.eq(total_beats),
                 aw_done.eq(~placing_cmd),
             ]
@@ -140,8 +143,6 @@ class Placement(wiring.Component):
 
         # ---------------- AW channel: INCR bursts, split at 2 KiB ----------------
         outstanding = Signal(range(self._max_outstanding + 1))
-        to_boundary = Signal(9)                                       # beats to the 2 KiB edge
-        m.d.comb += to_boundary.eq(256 - aw_lo)
         last_burst = aw_left <= to_boundary
         burst = Mux(last_burst, aw_left, to_boundary)
         can_issue = busy & ~aw_done & (outstanding < self._max_outstanding)
@@ -159,7 +160,7 @@ class Placement(wiring.Component):
             with m.If(last_burst):
                 m.d.sync += aw_done.eq(1)
             with m.Else():
-                m.d.sync += [aw_left.eq(aw_left - to_boundary), aw_lo.eq(0),
+                m.d.sync += [aw_left.eq(aw_left - to_boundary), aw_lo.eq(0), to_boundary.eq(256),
                              aw_cross.eq(aw_cross + 1)]
 
         b_fire = Signal()
@@ -181,21 +182,25 @@ class Placement(wiring.Component):
         beats_left = Signal(10, reset_less=True)  # W beats still to send
         beat_lo = Signal(8, reset_less=True)      # W beat address [3, 11) (wlast at 2 KiB)
         in_left = Signal(13, reset_less=True)     # command bytes not yet taken from the input
+        in_nz = Signal()                      # in_left != 0   (flags kept with in_left, so no
+        in_ge8 = Signal()                     # in_left >= 8    wide compare sits in front of
+        in_gt8 = Signal()                     # in_left > 8     the W handshake)
+        placing = Signal()                    # busy & beats_left != 0
         hold = Signal(64, reset_less=True)
         hold_keep = Signal(8)
         short = Signal()                      # the frame ended before `length` bytes
 
         cut = Signal(8)                       # lanes of this input beat inside the command
-        with m.Switch(in_left):
-            for n in range(8):
-                with m.Case(n):
-                    m.d.comb += cut.eq((1 << n) - 1)
-            with m.Default():
-                m.d.comb += cut.eq(0xFF)
-        need_in = ~in_done & (in_left != 0)   # this W beat takes an input beat
+        with m.If(in_ge8):
+            m.d.comb += cut.eq(0xFF)
+        with m.Else():
+            with m.Switch(in_left[:3]):
+                for n in range(8):
+                    with m.Case(n):
+                        m.d.comb += cut.eq((1 << n) - 1)
+        need_in = ~in_done & in_nz            # this W beat takes an input beat
         in_keep = Mux(need_in, pl.tkeep & cut, 0)
 
-        placing = busy & (beats_left != 0)
         m.d.comb += [
             axi.wvalid.eq(placing & (pl.tvalid | ~need_in)),
             axi.wdata.eq(_realign(m, Cat(hold, pl.tdata), shift, 8, "wdata")),
@@ -211,8 +216,17 @@ class Placement(wiring.Component):
         consumed = Signal()
         m.d.comb += consumed.eq(pl.tvalid & pl.tready)
 
-        n_strb = Signal(4)
-        m.d.comb += n_strb.eq(sum(axi.wstrb[i] for i in range(8)))
+        # bytes_written counts the payload bytes taken into W beats (every one of them
+        # leaves with its strobe set: the last W beat of a command flushes `hold`), two
+        # clocks later: the lanes taken are registered, then counted, then added, so
+        # neither the realigner nor a popcount sits in front of the 32-bit adder.
+        taken_keep = Signal(8)
+        n_taken = Signal(4)
+        m.d.sync += [
+            taken_keep.eq(Mux(w_fire & need_in, in_keep, 0)),
+            n_taken.eq(sum(taken_keep[i] for i in range(8))),
+            self.bytes_written.eq(self.bytes_written + n_taken),
+        ]
         n_keep = Signal(4)
         m.d.comb += n_keep.eq(sum(pl.tkeep[i] for i in range(8)))
 
@@ -221,6 +235,8 @@ class Placement(wiring.Component):
                 in_done.eq(0), short.eq(0), hold_keep.eq(0),
                 beats_left.eq(Mux(placing_cmd, total_beats, 0)),
                 beat_lo.eq(c.addr[3:11]), in_left.eq(Mux(placing_cmd, c.length, 0)),
+                in_nz.eq(placing_cmd), in_ge8.eq(placing_cmd & (c.length >= 8)),
+                in_gt8.eq(placing_cmd & (c.length > 8)), placing.eq(placing_cmd),
             ]
         with m.Else():
             with m.If(consumed & pl.tlast):
@@ -228,15 +244,16 @@ class Placement(wiring.Component):
             with m.If(w_fire):
                 m.d.sync += [
                     beats_left.eq(beats_left - 1), beat_lo.eq(beat_lo + 1),
+                    placing.eq(beats_left != 1),
                     hold.eq(pl.tdata), hold_keep.eq(in_keep),
-                    self.bytes_written.eq(self.bytes_written + n_strb),
                 ]
                 with m.If(need_in):
-                    m.d.sync += in_left.eq(Mux(in_left > 8, in_left - 8, 0))
+                    m.d.sync += [in_left.eq(Mux(in_gt8, in_left - 8, 0)), in_nz.eq(in_gt8),
+                                 in_ge8.eq(in_left >= 16), in_gt8.eq(in_left > 16)]
             # The frame ends before `length` bytes: counted once.
-            with m.If(placing & consumed & pl.tlast & (n_keep < in_left) & ~short):
+            with m.If(placing & consumed & pl.tlast & Mux(in_gt8, 1, n_keep < in_left[:4]) & ~short):
                 m.d.sync += [short.eq(1), self.short_frames.eq(self.short_frames + 1)]
-        m.d.comb += w_done.eq((beats_left == 0) & (in_done | (consumed & pl.tlast)))
+        m.d.comb += w_done.eq(~placing & (in_done | (consumed & pl.tlast)))
 
         # ---------------- completion fence ----------------
         idle = ~busy & ~self.cmd.valid & (outstanding == 0)

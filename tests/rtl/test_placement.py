@@ -61,6 +61,7 @@ async def run_random_placement(dut):
     tb = TB(dut, backpressure=tb_param("backpressure", False))
     rng = random.Random(1)
     expect = bytearray([FILL]) * MEM
+    placed = 0
     for i in range(60):
         length = rng.choice([1, 2, 3, 7, 8, 9, 63, 64, 65, rng.randrange(1, 4097)])
         addr = rng.randrange(0, MEM - length)
@@ -71,10 +72,12 @@ async def run_random_placement(dut):
         await tb.place(addr, data, place=keep)
         if keep:
             expect[addr:addr + length] = data
+            placed += length
     await tb.idle()
     got = tb.ram.read(0, MEM)
     assert got == bytes(expect), "memory differs from the expected placement"
     assert int(dut.short_frames.value) == 0 and int(dut.write_errors.value) == 0
+    assert int(dut.bytes_written.value) == placed
 
 
 @cocotb.test()
@@ -91,6 +94,7 @@ async def run_frame_length_mismatch(dut):
     assert mem[300:312] == b"B" * 12 and mem[312:340] == bytes([FILL]) * 28
     assert mem[500:505] == b"C" * 5 and mem[505] == FILL
     assert int(dut.short_frames.value) == 1
+    assert int(dut.bytes_written.value) == 10 + 12 + 5          # the bytes with strobes set
 
 
 @cocotb.test()
