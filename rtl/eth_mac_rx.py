@@ -12,7 +12,7 @@ Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames 
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
 """
 
-from amaranth.hdl import Cat, DomainRenamer, Module, Signal
+from amaranth.hdl import Cat, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.crc import Processor, catalog
 from amaranth.lib.fifo import AsyncFIFO
@@ -91,8 +91,9 @@ class EthMacRx(wiring.Component):
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/8 of the RX clock (one beat per 8 bytes).  Latency: about
-    6 ``sync`` cycles from the frame's last FCS byte (plus the FIFO synchroniser) to its
-    first beat on ``m_axis``.
+    3 ``rx_domain`` + 6 ``sync`` cycles from the frame's last FCS byte (plus the FIFO
+    synchroniser) to its first beat on ``m_axis`` (GMII input register, FSM, FIFO write
+    register on the PHY side).
     """
 
     def __init__(self, *, max_frame: int = 1518, buffer_frames: int = 1,
@@ -126,67 +127,107 @@ class EthMacRx(wiring.Component):
                                              w_domain=rx, r_domain="sync")
 
         # ---------------------------------------------------------------- PHY side (rx)
+        # stage 0: GMII input register (keeps the pins' neighbour logic off the FSM paths)
+        rxd, rx_dv, rx_er = Signal(8), Signal(), Signal()
+        m.d[rx] += [rxd.eq(self.rxd), rx_dv.eq(self.rx_dv), rx_er.eq(self.rx_er)]
+
+        # stage 1: SFD / FCS / length FSM and the beat packer.  Length thresholds are
+        # registered flags updated with ``count`` (no wide compare in the same cycle).
         m.submodules.crc = crc = DomainRenamer({"sync": rx})(
             Processor(catalog.CRC32_ETHERNET(data_width=8)))
         count = Signal(range(self.max_frame + 1))  # bytes after the SFD, saturating
+        at_max = Signal()                          # count == max_frame
+        payload = Signal()                         # count >= 4
+        long_enough = Signal()                     # count >= MIN_FRAME
         delay = Signal(32)                         # the last 4 bytes (FCS candidates)
         beat = Signal(64)
         lanes = Signal(range(9))                   # bytes in ``beat``
+        full = Signal()                            # lanes == 8
         giant = Signal()
         er_seen = Signal()
-        lost = Signal()
         status = Signal(RxStatus)
+        push = Signal()                            # hand ``beat`` to stage 2 (comb)
+        push_last = Signal()
+        m.d.comb += crc.data.eq(rxd)
+
+        # stage 2: one registered beat in front of the crossing FIFO.  A full beat that
+        # finds the FIFO full is lost (the frame's status becomes OVERFLOW); the last beat
+        # waits for room (the FSM holds in FLUSH meanwhile).
+        pend = Signal(_Cross)
+        pend_valid = Signal()
+        lost = Signal()
         w = _Cross(fifo.w_data)
-        m.d.comb += [w.data.eq(beat), w.nbytes_m1.eq(lanes - 1), crc.data.eq(self.rxd)]
+        m.d.comb += [
+            fifo.w_en.eq(pend_valid),
+            w.data.eq(pend.data),
+            w.nbytes_m1.eq(pend.nbytes_m1),
+            w.last.eq(pend.last),
+            w.status.eq(Mux(pend.last & (pend.status == RxStatus.OK) & lost,
+                            RxStatus.OVERFLOW, pend.status)),
+        ]
+        with m.If(push):
+            m.d[rx] += [pend_valid.eq(1), pend.data.eq(beat), pend.nbytes_m1.eq(lanes - 1),
+                        pend.last.eq(push_last), pend.status.eq(status)]
+        with m.Elif(pend_valid & (fifo.w_rdy | ~pend.last)):
+            m.d[rx] += pend_valid.eq(0)
+        with m.If(pend_valid & ~pend.last & ~fifo.w_rdy):
+            m.d[rx] += lost.eq(1)
+        with m.If(pend_valid & pend.last & fifo.w_rdy):
+            m.d[rx] += lost.eq(0)
 
         with m.FSM(domain=rx):
             with m.State("IDLE"):
-                m.d[rx] += [count.eq(0), lanes.eq(0), giant.eq(0), er_seen.eq(0), lost.eq(0)]
-                with m.If(self.rx_dv):
-                    with m.If(self.rxd == SFD):
+                m.d[rx] += [count.eq(0), at_max.eq(0), payload.eq(0), long_enough.eq(0),
+                            lanes.eq(0), full.eq(0), giant.eq(0), er_seen.eq(0)]
+                with m.If(rx_dv):
+                    with m.If(rxd == SFD):
                         m.d.comb += crc.start.eq(1)
                         m.next = "DATA"
-                    with m.Elif(self.rxd != PREAMBLE):
+                    with m.Elif(rxd != PREAMBLE):
                         m.next = "DROP"
             with m.State("DATA"):
-                with m.If(self.rx_dv):
+                with m.If(rx_dv):
                     m.d.comb += crc.valid.eq(1)
-                    m.d[rx] += delay.eq(Cat(delay[8:], self.rxd))
-                    with m.If(self.rx_er):
+                    m.d[rx] += delay.eq(Cat(delay[8:], rxd))
+                    with m.If(rx_er):
                         m.d[rx] += er_seen.eq(1)
-                    with m.If(count == self.max_frame):
+                    with m.If(at_max):
                         m.d[rx] += giant.eq(1)
                     with m.Else():
-                        m.d[rx] += count.eq(count + 1)
-                        with m.If(count >= 4):
+                        m.d[rx] += [count.eq(count + 1),
+                                    at_max.eq(count == self.max_frame - 1)]
+                        with m.If(count == 3):
+                            m.d[rx] += payload.eq(1)
+                        with m.If(count == MIN_FRAME - 1):
+                            m.d[rx] += long_enough.eq(1)
+                        with m.If(payload):
                             # the byte leaving the delay line is payload
-                            with m.If(lanes == 8):
-                                m.d.comb += [w.last.eq(0), fifo.w_en.eq(1)]
-                                with m.If(~fifo.w_rdy):
-                                    m.d[rx] += lost.eq(1)
-                                m.d[rx] += [beat[:8].eq(delay[:8]), lanes.eq(1)]
+                            with m.If(full):
+                                m.d.comb += push.eq(1)
+                                m.d[rx] += [beat[:8].eq(delay[:8]), lanes.eq(1), full.eq(0)]
                             with m.Else():
                                 m.d[rx] += [beat.word_select(lanes[:3], 8).eq(delay[:8]),
-                                            lanes.eq(lanes + 1)]
+                                            lanes.eq(lanes + 1), full.eq(lanes == 7)]
                 with m.Else():
                     with m.If(giant):
                         m.d[rx] += status.eq(RxStatus.GIANT)
-                    with m.Elif(count < MIN_FRAME):
+                    with m.Elif(~long_enough):
                         m.d[rx] += status.eq(RxStatus.RUNT)
                     with m.Elif(~crc.match_detected | er_seen):
                         m.d[rx] += status.eq(RxStatus.BAD_FCS)
-                    with m.Elif(lost):
-                        m.d[rx] += status.eq(RxStatus.OVERFLOW)
                     with m.Else():
                         m.d[rx] += status.eq(RxStatus.OK)
                     m.next = "END"
             with m.State("END"):
-                # the last beat (maybe empty for a runt) carries the status; wait for room
-                m.d.comb += [w.last.eq(1), w.status.eq(status), fifo.w_en.eq(1)]
-                with m.If(fifo.w_rdy):
+                # the last beat (maybe empty for a runt) carries the status
+                m.d.comb += [push.eq(1), push_last.eq(1)]
+                m.next = "FLUSH"
+            with m.State("FLUSH"):
+                # wait until stage 2 has written the last beat into the crossing FIFO
+                with m.If(~pend_valid):
                     m.next = "IDLE"
             with m.State("DROP"):
-                with m.If(~self.rx_dv):
+                with m.If(~rx_dv):
                     m.next = "IDLE"
 
         # ---------------------------------------------------------------- NIC side (sync)

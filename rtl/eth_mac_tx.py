@@ -9,11 +9,11 @@ Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9, minimum frame 4.4.2), clau
 (interPacketGap 96 bit times), clause 35 (GMII).
 """
 
-from amaranth.hdl import Cat, DomainRenamer, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.crc import Processor, catalog
-from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.fifo import AsyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
@@ -95,22 +95,28 @@ class EthMacTx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         tx = self.tx_domain
-        m.submodules.fifo = fifo = AsyncFIFO(width=_Beat.size, depth=self.fifo_depth,
-                                             r_domain=tx, w_domain="sync")
+        # buffered: the wire side reads the beat from flip-flops, not from the EBR's
+        # slow clock-to-out (the output register is one more queue entry)
+        m.submodules.fifo = fifo = AsyncFIFOBuffered(width=_Beat.size,
+                                                     depth=self.fifo_depth + 1,
+                                                     r_domain=tx, w_domain="sync")
         w_beat = _Beat(fifo.w_data)
         r_beat = _Beat(fifo.r_data)
 
         # ---------------------------------------------------------------- NIC side (sync)
         s = self.s_axis
         beats = Signal(range(self.max_beats + 1))      # beats of this frame already stored
+        final = Signal()                              # beats == max_beats - 1 (registered)
         discard = Signal()                            # truncated: drop until tlast
         last_hi = Signal(3)
         for i in range(8):
             with m.If(s.tkeep[i]):
                 m.d.comb += last_hi.eq(i)
         nbytes_m1 = Mux(s.tlast, last_hi, 7)
-        too_long = (beats * 8 + nbytes_m1 + 1) > (self.max_frame - 4)
-        truncate = ~s.tlast & (beats == self.max_beats - 1)
+        # only the final beat slot can overflow max_frame - 4 bytes (max_beats rounds up)
+        rem = self.max_frame - 4 - 8 * (self.max_beats - 1)      # bytes left for it, 1..8
+        too_long = final & (nbytes_m1 >= rem) if rem < 8 else Const(0)
+        truncate = ~s.tlast & final
         m.d.comb += [
             w_beat.data.eq(s.tdata),
             w_beat.nbytes_m1.eq(nbytes_m1),
@@ -131,13 +137,14 @@ class EthMacTx(wiring.Component):
 
         with m.If(s.tvalid & s.tready):
             with m.If(s.tlast):
-                m.d.sync += [beats.eq(0), discard.eq(0), self.tx_frames.eq(self.tx_frames + 1)]
+                m.d.sync += [beats.eq(0), final.eq(0), discard.eq(0),
+                             self.tx_frames.eq(self.tx_frames + 1)]
                 with m.If(discard | too_long):
                     m.d.sync += self.tx_oversize.eq(self.tx_oversize + 1)
             with m.Elif(truncate):
                 m.d.sync += discard.eq(1)
             with m.Elif(~discard):
-                m.d.sync += beats.eq(beats + 1)
+                m.d.sync += [beats.eq(beats + 1), final.eq(beats == self.max_beats - 2)]
 
         # ---------------------------------------------------------------- wire side (tx)
         committed_r = Signal.like(committed_gray)
@@ -150,6 +157,11 @@ class EthMacTx(wiring.Component):
 
         count = Signal(range(16))          # preamble byte / gap cycle / FCS byte index
         lane = Signal(3)                   # byte lane of the current beat
+        cur = Signal(_Beat)                # the beat being sent (popped from the FIFO)
+        lane_end = Signal()                # lane == cur.nbytes_m1 (registered)
+        pop = Signal()                     # FIFO read this cycle (decided one cycle ahead)
+        m.d[tx] += pop.eq(0)
+        m.d.comb += fifo.r_en.eq(pop)
         length = Signal(range(MIN_PAYLOAD + 1))   # payload bytes sent, saturating at 60
         bad = Signal()
         txd = Signal(8)
@@ -168,29 +180,37 @@ class EthMacTx(wiring.Component):
             with m.State("PREAMBLE"):
                 m.d.comb += [tx_en.eq(1), txd.eq(Mux(count == 7, SFD, PREAMBLE))]
                 m.d[tx] += count.eq(count + 1)
+                with m.If(count == 6):
+                    m.d[tx] += pop.eq(1)
                 with m.If(count == 7):
+                    # pop the first beat into ``cur`` (the FIFO output then holds the next)
                     m.d.comb += crc.start.eq(1)
-                    m.d[tx] += [lane.eq(0), length.eq(0), bad.eq(0)]
+                    m.d[tx] += [lane.eq(0), length.eq(0), bad.eq(0), cur.eq(r_beat),
+                                lane_end.eq(r_beat.nbytes_m1 == 0)]
                     m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += [
                     tx_en.eq(1),
-                    txd.eq(r_beat.data.word_select(lane, 8)),
+                    txd.eq(cur.data.word_select(lane, 8)),
                     crc.valid.eq(1),
                     crc.data.eq(txd),
                 ]
                 with m.If(length != MIN_PAYLOAD):
                     m.d[tx] += length.eq(length + 1)
-                m.d[tx] += lane.eq(lane + 1)
-                with m.If(lane == r_beat.nbytes_m1):
-                    m.d.comb += fifo.r_en.eq(1)
+                with m.If(lane_end):
                     m.d[tx] += lane.eq(0)
-                    with m.If(r_beat.last):
-                        m.d[tx] += [sent.eq(sent + 1), bad.eq(r_beat.err), count.eq(0)]
+                    with m.If(cur.last):
+                        m.d[tx] += [sent.eq(sent + 1), bad.eq(cur.err), count.eq(0)]
                         with m.If(length >= MIN_PAYLOAD - 1):
                             m.next = "FCS"
                         with m.Else():
                             m.next = "PAD"
+                    with m.Else():
+                        # the frame is all in the FIFO: its next beat is in the output register
+                        m.d[tx] += [cur.eq(r_beat), lane_end.eq(r_beat.nbytes_m1 == 0)]
+                with m.Else():
+                    m.d[tx] += [lane.eq(lane + 1), lane_end.eq(lane + 1 == cur.nbytes_m1),
+                                pop.eq((lane + 1 == cur.nbytes_m1) & ~cur.last)]
             with m.State("PAD"):
                 m.d.comb += [tx_en.eq(1), txd.eq(0), crc.valid.eq(1), crc.data.eq(0)]
                 m.d[tx] += length.eq(length + 1)

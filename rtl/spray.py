@@ -59,7 +59,7 @@ Changes while traffic runs
 --------------------------
 The candidates of a request are taken in stage A from the eligible bitmap, so
 state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
-every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 5 or more cycles after
+every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 6 or more cycles after
 the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
 already scheduled (in B, C, D or the skid FIFO) are not withdrawn.  Other
 weight changes apply within two decisions of a burst (the burst count is
@@ -67,13 +67,13 @@ checked against a weight snapshot read from the table's LUT-RAM copy one
 cycle after the entry was picked; the first repeat uses the ``multi`` bitmap).
 
 Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
-LFE5U-25F CABGA256, depth 256, ``tests/rtl/fmax_spray.py``): about 6.0k LUT4,
-2.7k FFs, 6 DP16KD, 70 MHz (was 3.3k / 1.2k / 6 / 53 MHz single-cycle).  Still
-short of 125 MHz: the remaining loop is stage C (position -> group mux,
-candidate lookup, 16-bit find-next -> pick).  Next step: keep the current
-group's remaining candidates as a 16-bit register (lowest set bit and its
-removal by carry chain) and the candidate/weight checks of the forwarded
-position precomputed, so C is about 4 LUT levels.
+LFE5U-25F CABGA256, ``python -m mrcnic.boards.fmax spray``, depth 32, two clients):
+2.1k LUT4, 1.6k FFs, 6 DP16KD, 107-109 MHz (was 1.7k / 1.3k / 6 / 94 MHz).  Positions
+are (group, one-hot bit, bits above it), so stage C is a mask, a 16-bit lowest-bit
+prefix OR and a mux; A registers its candidates (both the entering and the waiting
+request's versions are computed, ``in_ready`` picks one), B reads the QP registers and
+C forwards from C, D and E (the write-back happens in D).  The remaining critical path
+is the table's block-RAM clock-to-out into the decision register (``entry`` copy).
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
@@ -86,7 +86,7 @@ from .path_table import PathTable
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 5   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+SETTLE_CYCLES = 6   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
 LATENCY = 5         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
 OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
 
@@ -98,6 +98,24 @@ def _first_set(m, vec, width, name):
         with m.If(vec[i]):
             m.d.comb += idx.eq(i)
     return vec.any(), idx
+
+
+def _lowest(m, vec, name):
+    """Lowest set bit of the 16-bit ``vec``: returns (one-hot, bits strictly above it)."""
+    above = Signal(16, name=f"{name}_ab")          # OR of the bits below each position
+    blk = Signal(4, name=f"{name}_blk")             # OR of each nibble
+    pre = Signal(4, name=f"{name}_pre")             # OR of the nibbles below each nibble
+    m.d.comb += [blk[j].eq(vec[4 * j:4 * j + 4].any()) for j in range(4)]
+    m.d.comb += [pre[j].eq(blk[:j].any()) for j in range(1, 4)]
+    m.d.comb += [above[i].eq(pre[i // 4] | vec[4 * (i // 4):i].any()) for i in range(1, 16)]
+    oh = Signal(16, name=f"{name}_oh")
+    m.d.comb += oh.eq(vec & ~above)
+    return oh, above
+
+
+def _encode(oh):
+    """Index of the set bit of the 16-bit one-hot ``oh`` (4 bits; OR trees)."""
+    return Cat(*[Cat(*[oh[i] for i in range(16) if i >> j & 1]).any() for j in range(4)])
 
 
 class SprayScheduler(wiring.Component):
@@ -171,6 +189,7 @@ class SprayScheduler(wiring.Component):
         m = Module()
         depth = self.depth
         n_grp = depth // 16
+        gbits = max(1, (n_grp - 1).bit_length())      # group number width
         abits = (depth - 1).bit_length()
         two = self.clients == 2
         reqs = [self.req] + ([self.req_1] if two else [])
@@ -231,86 +250,120 @@ class SprayScheduler(wiring.Component):
         a_rng = Signal(depth)
         a_cand = Signal(depth)
         a_multi = Signal(depth)         # candidates whose weight is 2 or more
-        live = Signal(depth)            # eligible now: GOOD, weight non-zero, not avoided (client 0)
         a_client = a_key[3] if two else C(0, 1)
-        m.d.comb += [
-            live.eq(table.eligible & ~Mux(a_client, 0, self.avoid)),
-            a_cand.eq(a_rng & live), a_multi.eq(a_rng & live & table.multi),
-        ]
+        # The candidates are registered: sampled from the live bitmap in the cycle before they
+        # are used, for the request entering A (its range from the input) or the one waiting;
+        # both versions (and their per-group "any") are computed and in_ready only picks one.
+        def live(client):
+            return table.eligible & ~Mux(client, 0, self.avoid)
+        cand_in, cand_wait = Signal(depth), Signal(depth)
+        m.d.comb += [cand_in.eq(rng & live(sel)), cand_wait.eq(a_rng & live(a_client))]
         a_any = Signal(n_grp)
-        a_first = []
+        m.d.sync += [
+            a_cand.eq(Mux(in_ready, cand_in, cand_wait)),
+            a_multi.eq(Mux(in_ready, cand_in, cand_wait) & table.multi),
+            a_any.eq(Mux(in_ready, Cat(v.any() for v in groups(cand_in)),
+                         Cat(v.any() for v in groups(cand_wait)))),
+        ]
+        a_first = []                    # per group: (one-hot lowest candidate, bits above it)
         for g, vec in enumerate(groups(a_cand)):
-            m.d.comb += a_any[g].eq(vec.any())
-            a_first.append(_first_set(m, vec, 16, f"a_first{g}")[1])
+            a_first.append(_lowest(m, vec, f"a_first{g}"))
         a_have = a_any.any()
 
         # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
+        # A position is (group, one-hot bit in the group, bits above it in the group): the
+        # selection loop in C then needs no index compare, shift or priority encoder.
         b_valid = Signal()
         b_key = Signal(range(n_key))
         b_cand = Signal(depth)
         b_multi = Signal(depth)
         b_any = Signal(n_grp)
-        b_first = Array(Signal(4, name=f"b_first{g}") for g in range(n_grp))
+        b_first = Array(Signal(16, name=f"b_first{g}") for g in range(n_grp))
+        b_above = Array(Signal(16, name=f"b_fabove{g}") for g in range(n_grp))
+        # the request's QP position as read from the QP's registers at the A -> B edge
+        b_g, b_oh, b_ab = Signal(gbits, name="b_g"), Signal(16, name="b_oh"), Signal(16, name="b_ab")
+        b_ok, b_n, b_fst, b_w = (Signal(name="b_ok"), Signal(8, name="b_n"), Signal(name="b_fst"),
+                                 Signal(8, name="b_w"))
         _, b_low = _first_set(m, b_any, n_grp, "b_low")
         b_nf = []                        # first candidate after group g (wraps to the lowest)
         for g in range(n_grp):
-            nf = Signal(8, name=f"b_nf{g}")
             above = b_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
             if g < n_grp - 1:
                 has, g2 = _first_set(m, above, n_grp, f"b_above{g}")
                 gsel = Mux(has, g2, b_low)
             else:
                 gsel = b_low
-            gs = Signal(4, name=f"b_nfg{g}")
-            m.d.comb += [gs.eq(gsel), nf.eq(gidx(b_first[gs], gs))]
-            b_nf.append(nf)
+            gs = Signal(gbits, name=f"b_nfg{g}")
+            m.d.comb += gs.eq(gsel)
+            b_nf.append((gs, b_first[gs], b_above[gs]))
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
         c_valid = Signal()
         c_key = Signal(range(n_key))
         c_cand = Signal(depth)
         c_multi = Signal(depth)
-        c_nf = Array(Signal(8, name=f"c_nf{g}") for g in range(n_grp))
-        c, c_ok, n = Signal(8), Signal(), Signal(8)     # position, valid, decisions in a row
+        c_nf_g = Array(Signal(gbits, name=f"c_nfg{g}") for g in range(n_grp))
+        c_nf_oh = Array(Signal(16, name=f"c_nfoh{g}") for g in range(n_grp))
+        c_nf_ab = Array(Signal(16, name=f"c_nfab{g}") for g in range(n_grp))
+        # position: group, one-hot bit and the bits above it; valid; decisions in a row
+        c_g, c_oh, c_ab = Signal(gbits, name="c_g"), Signal(16, name="c_oh"), Signal(16, name="c_ab")
+        c_ok, n = Signal(), Signal(8)
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
         c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
 
         cur = Array(Signal(8, name=f"cur{q}") for q in range(n_key))
         cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(n_key))
         cnt = Array(Signal(8, name=f"cnt{q}") for q in range(n_key))
+        fst = Array(Signal(name=f"fst{q}") for q in range(n_key))     # cnt == 1
         wgt = Array(Signal(8, name=f"wgt{q}") for q in range(n_key))
 
         # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
-        m.d.comb += table.wt_addr.eq(c)
-        in_cand = c_cand.bit_select(c[:abits], 1)
-        multi = c_multi.bit_select(c[:abits], 1)
+        c_idx = Signal(8)
+        m.d.comb += [c_idx.eq(Cat(_encode(c_oh), c_g)[:8]), table.wt_addr.eq(c_idx)]
+        if n_grp > 1:
+            cand_g, multi_g = Array(groups(c_cand))[c_g], Array(groups(c_multi))[c_g]
+        else:
+            cand_g, multi_g = c_cand, c_multi
+        in_cand = (c_oh & cand_g).any()
+        multi = (c_oh & multi_g).any()
         repeat = Signal()
         m.d.comb += repeat.eq(c_ok & in_cand & Mux(c_first, multi, n < c_w))
-        gc, bc = c[4:8], c[:4]
-        cur_grp = Signal(16)
-        m.d.comb += cur_grp.eq(Array(groups(c_cand))[gc] if n_grp > 1 else c_cand)
-        any_in, b1 = _first_set(m, cur_grp & (C(0xFFFE, 16) << bc)[:16], 16, "above")
-        pick = Signal(8)
+        masked = Signal(16)
+        m.d.comb += masked.eq(cand_g & c_ab)
+        nx_oh, nx_ab = _lowest(m, masked, "above")
+        any_in = masked.any()
+        nf_sel = Mux(c_ok, c_g, n_grp - 1)
+        p_g, p_oh, p_ab = (Signal(gbits, name="p_g"), Signal(16, name="p_oh"),   # the pick
+                           Signal(16, name="p_ab"))
         with m.If(repeat):
-            m.d.comb += pick.eq(c)
+            m.d.comb += [p_g.eq(c_g), p_oh.eq(c_oh), p_ab.eq(c_ab)]
         with m.Elif(c_ok & any_in):
-            m.d.comb += pick.eq(Cat(b1, gc))
-        with m.Elif(c_ok):
-            m.d.comb += pick.eq(c_nf[gc] if n_grp > 1 else c_nf[0])
+            m.d.comb += [p_g.eq(c_g), p_oh.eq(nx_oh), p_ab.eq(nx_ab)]
         with m.Else():
-            m.d.comb += pick.eq(c_nf[n_grp - 1])
+            m.d.comb += [p_g.eq(c_nf_g[nf_sel]), p_oh.eq(c_nf_oh[nf_sel]),
+                         p_ab.eq(c_nf_ab[nf_sel])]
         new_n = Signal(8)
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
-        with m.If(c_valid):
-            m.d.sync += [cur[c_key].eq(pick), cur_ok[c_key].eq(1), cnt[c_key].eq(new_n),
-                         wgt[c_key].eq(table.wt_data)]
-
-        # ---- stage D and output: per client a skid FIFO and a decision register ---------------
-        d_valid = Signal()              # stage D: the pick, registered (block RAM address source)
+        # ---- stage D: the pick registered; its index written back to the QP's position -------
+        d_valid = Signal()              # stage D: the pick (block RAM address source)
         d_key = Signal(range(n_key))
+        d_g, d_oh, d_ab = Signal(gbits, name="d_g"), Signal(16, name="d_oh"), Signal(16, name="d_ab")
+        d_n, d_first, d_w = Signal(8, name="d_n"), Signal(name="d_first"), Signal(8, name="d_w")
         d_index = Signal(8)
-        m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_index.eq(pick)]
+        m.d.comb += d_index.eq(Cat(_encode(d_oh), d_g)[:8])
+        m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_g.eq(p_g), d_oh.eq(p_oh),
+                     d_ab.eq(p_ab), d_n.eq(new_n), d_first.eq(~repeat), d_w.eq(table.wt_data)]
+        with m.If(d_valid):
+            m.d.sync += [cur[d_key].eq(d_index), cur_ok[d_key].eq(1), cnt[d_key].eq(d_n),
+                         fst[d_key].eq(d_first), wgt[d_key].eq(d_w)]
+        # stage E: a copy of the last write-back (B read the QP's registers before it landed)
+        e_valid, e_key = Signal(), Signal(range(n_key))
+        e_g, e_oh, e_ab = Signal(gbits, name="e_g"), Signal(16, name="e_oh"), Signal(16, name="e_ab")
+        e_n, e_first, e_w = Signal(8, name="e_n"), Signal(name="e_first"), Signal(8, name="e_w")
+        m.d.sync += [e_valid.eq(d_valid), e_key.eq(d_key), e_g.eq(d_g), e_oh.eq(d_oh),
+                     e_ab.eq(d_ab), e_n.eq(d_n), e_first.eq(d_first), e_w.eq(d_w)]
+        # ---- stage D and output: per client a skid FIFO and a decision register ---------------
         out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index)
                for k, dec in enumerate(decs)]
         # the table's read port: one client per clock (round robin when both want it)
@@ -355,21 +408,38 @@ class SprayScheduler(wiring.Component):
         with m.If(in_ready):
             m.d.sync += [a_valid.eq(in_valid), a_key.eq(Cat(req.qp, sel) if two else req.qp),
                          a_rng.eq(rng)]
+        # B's data registers load every cycle (only b_valid says whether they hold a request):
+        # no clock-enable fan-out from the candidate search
         m.d.sync += b_valid.eq(advance)
-        with m.If(advance):
-            m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
-            m.d.sync += [b_first[g].eq(a_first[g]) for g in range(n_grp)]
+        m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
+        m.d.sync += [b_first[g].eq(a_first[g][0]) for g in range(n_grp)]
+        m.d.sync += [b_above[g].eq(a_first[g][1]) for g in range(n_grp)]
+        pos = cur[a_key]
+        m.d.sync += [b_g.eq(pos[4:4 + gbits]), b_ok.eq(cur_ok[a_key]), b_n.eq(cnt[a_key]),
+                     b_fst.eq(fst[a_key]), b_w.eq(wgt[a_key])]
+        m.d.sync += [b_oh[b].eq(pos[:4] == b) for b in range(16)]
+        m.d.sync += [b_ab[b].eq(pos[:4] < b) for b in range(16)]
         m.d.sync += c_valid.eq(b_valid)
         with m.If(b_valid):
             m.d.sync += [c_key.eq(b_key), c_cand.eq(b_cand), c_multi.eq(b_multi)]
-            m.d.sync += [c_nf[g].eq(b_nf[g]) for g in range(n_grp)]
-            # The QP position travels with the request: forwarded from a same-key pick this cycle.
+            for g in range(n_grp):
+                m.d.sync += [c_nf_g[g].eq(b_nf[g][0]), c_nf_oh[g].eq(b_nf[g][1]),
+                             c_nf_ab[g].eq(b_nf[g][2])]
+            # The QP position travels with the request: forwarded from a same-key pick in C
+            # this cycle, in D (written back at the end of this cycle) or in E (written back
+            # at the end of the last cycle, after B read the QP's registers), else B's read.
             with m.If(c_valid & (c_key == b_key)):
-                m.d.sync += [c.eq(pick), c_ok.eq(1), n.eq(new_n), c_first.eq(~repeat),
-                             c_w.eq(table.wt_data)]
+                m.d.sync += [c_g.eq(p_g), c_oh.eq(p_oh), c_ab.eq(p_ab), c_ok.eq(1),
+                             n.eq(new_n), c_first.eq(~repeat), c_w.eq(table.wt_data)]
+            with m.Elif(d_valid & (d_key == b_key)):
+                m.d.sync += [c_g.eq(d_g), c_oh.eq(d_oh), c_ab.eq(d_ab), c_ok.eq(1),
+                             n.eq(d_n), c_first.eq(d_first), c_w.eq(d_w)]
+            with m.Elif(e_valid & (e_key == b_key)):
+                m.d.sync += [c_g.eq(e_g), c_oh.eq(e_oh), c_ab.eq(e_ab), c_ok.eq(1),
+                             n.eq(e_n), c_first.eq(e_first), c_w.eq(e_w)]
             with m.Else():
-                m.d.sync += [c.eq(cur[b_key]), c_ok.eq(cur_ok[b_key]), n.eq(cnt[b_key]),
-                             c_first.eq(cnt[b_key] == 1), c_w.eq(wgt[b_key])]
+                m.d.sync += [c_g.eq(b_g), c_oh.eq(b_oh), c_ab.eq(b_ab), c_ok.eq(b_ok),
+                             n.eq(b_n), c_first.eq(b_fst), c_w.eq(b_w)]
         return m
 
     def _client(self, key):
