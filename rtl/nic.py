@@ -48,6 +48,10 @@ from .tx import TxPipeline
 __all__ = ["MRCNic", "ManualProbe", "ProbeReply"]
 
 
+
+#: The path-record fields a probe frame uses (the probe path's block-RAM copy).
+_ProbePath = data.StructLayout({"ev": 32, "port": 3, "da": 128})
+
 class ManualProbe(data.Struct):
     """A controller-requested EV probe (``EV_PROBE_REQ``): entry ``index``, sent for QP ``qp``
     (the QP whose EV profile holds the entry: its context gives the peer QPN and uSID)."""
@@ -242,8 +246,10 @@ class MRCNic(wiring.Component):
         # The probe path's copy of the path records: written like the other copies, read
         # once per probe.  A probe read never shares a cycle with a record write (it waits
         # one cycle), so the block RAM needs no read/write collision logic.
+        # Only what a probe frame uses (EV, port, DA: 163 bits, 5 block RAMs at 32 entries).
         m.submodules.probe_entries = probe_mem = Memory(
-            shape=PathEntry, depth=self.paths, init=[], attrs={"no_rw_check": 1})
+            shape=_ProbePath, depth=self.paths, init=[],
+            attrs={"no_rw_check": 1, "ram_style": "block"})
         probe_w = probe_mem.write_port()
         probe_table = probe_mem.read_port(transparent_for=())
         m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window,
@@ -262,7 +268,8 @@ class MRCNic(wiring.Component):
         pbits = (self.paths - 1).bit_length()
         m.d.comb += [
             probe_w.en.eq(self.pt_w_en & (self.pt_w_addr < self.paths)),
-            probe_w.addr.eq(self.pt_w_addr[:pbits]), probe_w.data.eq(self.pt_w_data),
+            probe_w.addr.eq(self.pt_w_addr[:pbits]), probe_w.data.ev.eq(self.pt_w_data.ev),
+            probe_w.data.port.eq(self.pt_w_data.port), probe_w.data.da.eq(self.pt_w_data.da),
         ]
 
         # ---- transmit pipeline ------------------------------------------------------------
@@ -342,10 +349,10 @@ class MRCNic(wiring.Component):
         * its per-QP window gate (``tx_ok``) and oldest unacked PSN (``una``)
           drive the segmenter; QPs beyond ``qps`` stay closed;
         * its ``avoid`` mask is ORed into the transmit scheduler's (ECN steering);
-        * each ProbeReq reads its entry from ``probe_table`` (the read port of a
-          third copy of the path records, written like the others; its ``state``
-          is the one last written by the controller, unused by probe frames) and
-          goes to the ACK generator as a probe frame;
+        * each ProbeReq reads its entry's EV, port and DA from ``probe_table``
+          (the read port of a third copy of those fields, written like the path
+          tables; the entry's other fields are 0 in the probe request: probe
+          frames do not use them) and goes to the ACK generator as a probe frame;
         * EV events and send completions leave the NIC;
         * controller probes (``probe_req``) share the probe path; the reply whose
           echoed EV and time stamp match the pending one leaves on ``probe_reply``;
@@ -410,7 +417,8 @@ class MRCNic(wiring.Component):
         with m.If(pending):
             m.d.sync += [
                 out.qp.eq(req.qp), out.probe_id.eq(req.index), out.ts.eq(req.ts),
-                out.entry.eq(probe_table.data), out_valid.eq(1), pending.eq(0),
+                out.entry.ev.eq(probe_table.data.ev), out.entry.port.eq(probe_table.data.port),
+                out.entry.da.eq(probe_table.data.da), out_valid.eq(1), pending.eq(0),
             ]
             with m.If(req_manual):
                 m.d.sync += [pm_valid.eq(1), pm_index.eq(req.index),
