@@ -41,14 +41,15 @@ _MAX_WR_LENGTH = 1 << 31  # largest work request, bytes
 
 
 class _FrameInfo(data.Struct):
-    """Per packet, for the payload framer: index of the last beat and its tkeep."""
+    """Per packet, for the payload framer: index of the last beat, its tkeep, retransmission."""
     last_beat: 9
     keep: 8
+    retx: 1
 
 
 class _ReadJob(data.Struct):
-    """Per packet, for the AR generator: first byte address and length in beats."""
-    addr: 32
+    """Per packet, for the AR generator: first 8-byte word address and length in beats."""
+    addr8: 29
     beats: 10
 
 
@@ -119,10 +120,15 @@ class Segmenter(wiring.Component):
     Attributes
     ----------
     wr : In(stream.Signature(WorkRequest))
-        Work requests.  Accepted (``ready`` high) when no other message is being
-        cut and the QP's message table has a free slot (``ready`` may depend on
-        ``wr.payload.qp``: a QP with a full table holds the stream, head of
-        line, until ``una`` frees a slot -- never dropped).  Refused -- dropped,
+        Work requests.  Accepted (``ready`` high, a flip-flop and the QP's
+        table occupancy) into a one-entry holding register when it is empty
+        and the QP's message table has a free slot or the QP is invalid
+        (``ready`` depends on ``wr.payload.qp``: a QP with a full table holds
+        the stream, head of line, until ``una`` frees a slot -- never dropped;
+        this holds a request that will be refused for its length or address,
+        too).  It is checked there over 4 cycles while the previous message
+        is still being cut, and committed to the cutter when that is free.
+        Refused -- dropped,
         counted in ``wr_refused``, ``wr_error`` pulsed, nothing emitted, no PSN
         used, no slot taken -- when ``length`` is 0 or > 2**31, ``local_addr``
         is not 8-byte aligned, ``local_addr + length`` passes 2**32,
@@ -132,18 +138,20 @@ class Segmenter(wiring.Component):
         QP context table write port.  A write (re)sets the QP's next PSN to
         ``start_psn``, empties its message table and marks the context valid;
         writes to ``addr >= qps`` are ignored.  Packets take the context
-        fields (DestQP, mode, peer uSID, EV profile) current when they are
-        cut; when a context write and the acceptance of a WR on the same QP
-        share a cycle, the WR uses the old next PSN and the write sets the
-        new one.  Write a context only while its QP has no traffic and no
-        retransmission request.
+        fields (DestQP, mode, peer uSID, EV profile) current one cycle before
+        they are cut; a context write delays the commit of a waiting request
+        by a cycle (it then starts at the new next PSN), except in the commit
+        cycle itself, where the request uses the old next PSN and the write
+        sets the new one.  Write a context only while its QP has no traffic
+        and no retransmission request.
     pmtu_log2 : In(4)
         Path MTU: 2**pmtu_log2 payload bytes per packet, clamped to 8..12
         (256..4096 bytes).  Sampled when a work request is accepted (kept per
         message for its retransmissions).
     spray_req : Out(stream.Signature(SprayReq))
         One request per packet {qp, base = profile_base, count = profile_count},
-        plus one per try of a retransmission.
+        plus one per try of a retransmission; ``valid`` and ``payload`` come from
+        a 4-entry FIFO (registered), ``ready`` only pops it.
     spray_decision : In(stream.Signature(Decision))
         One decision per request, in request order, any number of cycles later.
     pkt : Out(stream.Signature(TxPacket))
@@ -188,12 +196,14 @@ class Segmenter(wiring.Component):
         reliability).  A message is released from the table once its last PSN
         is before ``una`` in serial-number arithmetic modulo 2**24 (RFC 1982
         style): ``count <= (una - first_psn) mod 2**24 < 2**23``.  Releases
-        are checked for the oldest message of one QP per cycle, round robin,
-        while the retransmission engine is idle.  Tie to ``next_psn`` when no reliability block is
+        are checked for the oldest message of one QP per 4 cycles (read,
+        subtract, compare, release; ``una`` registered), round robin, while
+        the retransmission engine is idle.  Tie to ``next_psn`` when no reliability block is
         present (every message released at once; no retransmission possible).
     tx_ok : In(qps)
         Per QP window (from sender reliability): a new packet of the QP is cut
-        only while its bit is 1; retransmissions ignore it.  While the message
+        only while its bit was 1 in the previous cycle (registered);
+        retransmissions ignore it.  While the message
         being cut waits for it, no other message is cut (head of line).  Tie
         to all ones for the unchanged behaviour.
     sent : Out(stream.Signature(SentInfo))
@@ -221,23 +231,31 @@ class Segmenter(wiring.Component):
     -----
     Latency and throughput, in cycles of ``clk`` (measured by the testbench):
 
-    * WR accepted -> first ``spray_req`` valid: 6 (the message's table entry is
-      written first: 5 block-RAM words, one per cycle); then one packet per cycle
-      while ``spray_req`` is ready, ``tx_ok`` is set, the pending/framing/
-      read-job FIFOs have room and fewer than ``fifo_depth`` beats are cut but
-      not yet out on ``payload`` (this bounds how far new packets run ahead,
-      hence how long a retransmission waits: at most
-      min(``pending_depth``, ``fifo_depth`` / packet beats + 1) packets).  Messages are accepted one at a time: a
-      message of N packets occupies the cutter N + 6 cycles.
+    * WR handshake -> first ``spray_req`` valid: 13 (4 cycles of checks and the
+      QP's next PSN in the holding register, commit, the message's table entry
+      written: 5 block-RAM words, one per cycle, then the cutter starts; the
+      request passes the spray request FIFO).  Then one packet per cycle while
+      the spray request FIFO has room, ``tx_ok`` was set, the pending/framing/
+      read-job FIFOs have 2 free entries (checked a cycle early: cuts fill them
+      to ``pending_depth`` - 1) and fewer than ``fifo_depth`` beats of new
+      packets are cut but not yet out on ``payload`` (counted one cycle late,
+      an overestimate; this bounds how far new packets run ahead, hence how
+      long a retransmission waits: at most min(``pending_depth``,
+      ``fifo_depth`` / packet beats + 1) packets).  A message of N packets
+      occupies the cutter N + 7 cycles; the next one is checked meanwhile.
+      (Every decision of the cutter comes from flip-flops one LUT level deep.)
     * ``spray_req`` handshake -> ``pkt`` valid: 2, or when the decision arrives
       (``pkt`` is combinational from the decision and the pending FIFO).
       Descriptors run up to ``pending_depth`` packets ahead of the payload.
-    * Packet cut -> its AR: 2 (one read job per packet; one AR every 2 cycles).
+    * Packet cut -> its AR: 4 (one read job per packet; bursts sized over 2
+      cycles, one AR every 3 cycles at most).
     * R beat -> ``payload`` beat: 2.  Payload runs at one beat per cycle while R
       does, with no idle cycle between packets or messages.
-    * Retransmission: ``retx`` handshake -> table lookup 1 cycle per slot
-      searched (<= ``msgs`` + 1) -> the message's block-RAM words fetched
-      (6 cycles) -> packet queued (read job issued) 1 cycle later -> one spray
+    * Retransmission: ``retx`` handshake (taken between two release checks,
+      within 3 cycles) -> table lookup 4 cycles per slot searched (read,
+      subtract, compare, decide; <= ``msgs`` slots) + 1 -> the message's
+      block-RAM words fetched (7 cycles: the RAM output is registered) ->
+      packet rebuilt over 3 cycles -> queued (read job issued) -> one spray
       request per try, each waiting for the decisions of packets queued
       before it.  No new packet is cut from the ``retx`` handshake until the
       decision is settled; the retransmitted packet leaves after the packets
@@ -328,8 +346,23 @@ class Segmenter(wiring.Component):
         m.submodules.frames = fi = fifo.SyncFIFOBuffered(
             width=_FrameInfo.as_shape().size, depth=self.pending_depth)
         m.submodules.payload_fifo = pf = fifo.SyncFIFOBuffered(width=64, depth=self.fifo_depth)
+        # spray requests leave from a register: ``spray_req.ready`` reaches no cutter logic
+        m.submodules.spray_reqs = sq = fifo.SyncFIFOBuffered(
+            width=SprayReq.as_shape().size, depth=4)
+        m.d.comb += [
+            self.spray_req.valid.eq(sq.r_rdy),
+            self.spray_req.payload.eq(sq.r_data),
+            sq.r_en.eq(self.spray_req.ready),
+        ]
 
-        # --------------------------------------------------- WR intake / check
+        rx_idle = Signal()          # retransmission engine idle (no table search / rebuild)
+        rx_busy = Signal()          # its inverse, as a flip-flop (== state != IDLE)
+        rel_busy = Signal()         # a release check is in flight
+
+        # ------------------------------------------- WR intake: hold register + checks
+        # Taken into a register when it is empty and the QP's table has room (or the
+        # request is refused anyway); checked over 3 cycles while the cutter may still
+        # be busy with the previous message; committed when the cutter is free.
         wr = self.wr.payload
         p_log2 = Signal(4)
         with m.If(self.pmtu_log2 < 8):
@@ -339,81 +372,144 @@ class Segmenter(wiring.Component):
         with m.Else():
             m.d.comb += p_log2.eq(self.pmtu_log2)
 
-        qp_ok = Signal()
-        m.d.comb += [
-            qp_ok.eq((wr.qp < qps) & ctx_valid.bit_select(wr.qp, 1)),
-        ]
-        bad = Signal()
-        m.d.comb += bad.eq((wr.length == 0) | (wr.length > _MAX_WR_LENGTH)
-                           | (wr.local_addr[:3] != 0)
-                           | ((wr.local_addr + wr.length) > (1 << 32))
-                           | ~qp_ok)
-        npkts = Signal(24)   # packets of the message, modulo 2**24
-        len_m1 = Signal(32)
-        last_len = Signal(13)  # bytes in the last packet
-        m.d.comb += [
-            len_m1.eq(wr.length - 1),
-            npkts.eq((len_m1 >> p_log2) + 1),
-            last_len.eq((len_m1[:12] & ~(Const(-1, 12) << p_log2)) + 1),
-        ]
-        room = Signal()
-        m.d.comb += room.eq(occ[wr.qp] < msgs)
+        w_full = Signal()
+        w_step = Signal(2)      # 0, 1, 2: checking; 3: next PSN read, then ready to commit
+        w_qp = Signal(3)
+        w_is_imm = Signal()
+        w_addr = Signal(32)
+        w_va = Signal(64)
+        w_len = Signal(32)
+        w_rkey = Signal(32)
+        w_imm = Signal(32)
+        w_log2 = Signal(4)
+        w_qp_ok = Signal()
+        w_len_m1 = Signal(32)
+        w_end = Signal(33)
+        w_bad = Signal()
+        w_shift = Signal(24)
+        w_npkts = Signal(24)    # packets of the message, modulo 2**24
+        w_last_len = Signal(13)  # bytes in the last packet
+        w_pmtu = Signal(13)
+        w_pmtu_fr = Signal(_FrameInfo)
+        w_pmtu_beats = Signal(10)
+        w_last_fr = Signal(_FrameInfo)
+        w_last_beats = Signal(10)
+        w_first = Signal(24)    # step 3: the QP's next PSN, registered every cycle
+        w_sum = Signal(24)      # ... and next PSN + npkts
+        w_sum_ok = Signal()     # w_first / w_sum are current (no context write last cycle)
 
-        g_active = Signal()
-        m.d.comb += self.wr.ready.eq(~g_active & (bad | room))
-        wr_fire = self.wr.valid & self.wr.ready
-        wr_take = wr_fire & ~bad
+        qp_ok_in = Signal()
+        m.d.comb += [
+            qp_ok_in.eq((wr.qp < qps) & ctx_valid.bit_select(wr.qp, 1)),
+            self.wr.ready.eq(~w_full & ((occ[wr.qp] < msgs) | ~qp_ok_in)),
+        ]
+        with m.If(self.wr.valid & self.wr.ready):
+            m.d.sync += [
+                w_full.eq(1), w_step.eq(0), w_sum_ok.eq(0),
+                w_qp.eq(wr.qp), w_is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
+                w_addr.eq(wr.local_addr), w_va.eq(wr.remote_va), w_len.eq(wr.length),
+                w_rkey.eq(wr.rkey), w_imm.eq(wr.imm), w_log2.eq(p_log2), w_qp_ok.eq(qp_ok_in),
+            ]
+        m.d.sync += self.wr_error.eq(0)
+        with m.If(w_full), m.Switch(w_step):
+            with m.Case(0):
+                m.d.sync += [
+                    w_len_m1.eq(w_len - 1),
+                    w_end.eq(w_addr + w_len),
+                    w_bad.eq((w_len == 0) | (w_len[31] & (w_len[:31] != 0))
+                             | (w_addr[:3] != 0) | ~w_qp_ok),
+                    w_step.eq(1),
+                ]
+            with m.Case(1):
+                m.d.sync += [
+                    w_bad.eq(w_bad | (w_end[32] & (w_end[:32] != 0))),
+                    w_shift.eq(w_len_m1 >> w_log2),
+                    w_last_len.eq((w_len_m1[:12] & ~(Const(-1, 12) << w_log2)) + 1),
+                    w_pmtu.eq(Const(1, 13) << w_log2),
+                    w_step.eq(2),
+                ]
+            with m.Case(2):
+                with m.If(w_bad):
+                    m.d.sync += [self.wr_refused.eq(self.wr_refused + 1), self.wr_error.eq(1),
+                                 w_full.eq(0)]
+                m.d.sync += [
+                    w_npkts.eq(w_shift + 1),
+                    w_last_beats.eq((w_last_len + 7) >> 3),
+                    w_last_fr.last_beat.eq((w_last_len - 1) >> 3),
+                    w_last_fr.keep.eq(Mux(w_last_len[:3] == 0, 0xFF,
+                                          (Const(1, 9) << w_last_len[:3]) - 1)),
+                    w_pmtu_beats.eq(w_pmtu[3:]),
+                    w_pmtu_fr.last_beat.eq(w_pmtu[3:] - 1),
+                    w_pmtu_fr.keep.eq(0xFF),
+                    w_step.eq(3),
+                ]
+            with m.Case(3):
+                m.d.sync += [w_first.eq(next_psn[w_qp]), w_sum.eq(next_psn[w_qp] + w_npkts),
+                             w_sum_ok.eq(~self.qp_w_en)]
 
         # cutter state (one message at a time)
+        g_active = Signal()     # a message is committed and not fully cut
+        g_go = Signal()         # ... and its bulk words are written: cutting
         g_qp = Signal(3)
-        g_ctx = QpContext(ctx_r.data)     # read at cut time (see ``qp_w_en``)
+        c_ctx = Signal(QpContext)   # context of the cutter's / the retransmission's QP, a cycle old
         g_first = Signal(24)
         g_slot = Signal(sbits)
         g_psn = Signal(24)
-        g_va = Signal(64)
+        g_va_lo = Signal(32)
+        g_va_hi = Signal(32)
+        g_va_fix = Signal()     # g_va_lo carried out: g_va_hi + 1 next cycle (no cut meanwhile)
         g_addr = Signal(32)
         g_left = Signal(24)     # packets left to cut, modulo 2**24
+        g_last = Signal()       # g_left == 1
         g_last_len = Signal(13)
         g_rkey = Signal(32)
         g_imm = Signal(32)
         g_is_imm = Signal()
         g_pmtu = Signal(13)
         g_log2 = Signal(4)
-        g_wbeat = Signal(range(_BULK_WORDS + 1))   # bulk words written (cutting waits for all)
+        g_pmtu_fr = Signal(_FrameInfo)
+        g_pmtu_beats = Signal(10)
+        g_last_fr = Signal(_FrameInfo)
+        g_last_beats = Signal(10)
+        g_beats = Signal(10)    # beats of the next packet: g_last ? g_last_beats : g_pmtu_beats
+        g_wbeat = Signal(range(_BULK_WORDS))   # bulk words written (cutting waits for all)
 
+        commit = Signal()
         tail = Signal(sbits)
-        m.d.comb += tail.eq(head[wr.qp] + occ[wr.qp])
-
-        m.d.sync += self.wr_error.eq(0)
-        with m.If(wr_fire):
-            with m.If(bad):
-                m.d.sync += [self.wr_refused.eq(self.wr_refused + 1), self.wr_error.eq(1)]
-            with m.Else():
-                m.d.sync += [
-                    g_active.eq(1),
-                    g_qp.eq(wr.qp),
-                    g_first.eq(next_psn[wr.qp]),
-                    g_slot.eq(tail),
-                    g_psn.eq(next_psn[wr.qp]),
-                    g_va.eq(wr.remote_va),
-                    g_addr.eq(wr.local_addr),
-                    g_left.eq(npkts),
-                    g_last_len.eq(last_len),
-                    g_rkey.eq(wr.rkey),
-                    g_imm.eq(wr.imm),
-                    g_is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
-                    g_pmtu.eq(Const(1, 13) << p_log2),
-                    g_log2.eq(p_log2),
-                    g_wbeat.eq(0),
-                    next_psn[wr.qp].eq(next_psn[wr.qp] + npkts),
-                ]
+        m.d.comb += [
+            tail.eq(head[w_qp] + occ[w_qp]),
+            commit.eq(w_full & w_sum_ok & ~g_active & rx_idle & (occ[w_qp] < msgs)),
+        ]
+        with m.If(commit):
+            m.d.sync += [
+                w_full.eq(0),
+                g_active.eq(1), g_wbeat.eq(0),
+                g_qp.eq(w_qp),
+                g_first.eq(w_first),
+                g_slot.eq(tail),
+                g_psn.eq(w_first),
+                g_va_lo.eq(w_va[:32]), g_va_hi.eq(w_va[32:]), g_va_fix.eq(0),
+                g_addr.eq(w_addr),
+                g_left.eq(w_npkts),
+                g_last.eq(w_npkts == 1),
+                g_beats.eq(Mux(w_npkts == 1, w_last_beats, w_pmtu_beats)),
+                g_last_len.eq(w_last_len),
+                g_rkey.eq(w_rkey),
+                g_imm.eq(w_imm),
+                g_is_imm.eq(w_is_imm),
+                g_pmtu.eq(w_pmtu),
+                g_log2.eq(w_log2),
+                g_pmtu_fr.eq(w_pmtu_fr), g_pmtu_beats.eq(w_pmtu_beats),
+                g_last_fr.eq(w_last_fr), g_last_beats.eq(w_last_beats),
+                next_psn[w_qp].eq(w_sum),
+            ]
         new_key = Signal(_MsgKey)
         m.d.comb += [
-            new_key.first_psn.eq(next_psn[wr.qp]),
-            new_key.count.eq(npkts),
-            tab_w.addr.eq((wr.qp << sbits) | tail),
+            new_key.first_psn.eq(w_first),
+            new_key.count.eq(w_npkts),
+            tab_w.addr.eq((w_qp << sbits) | tail),
             tab_w.data.eq(new_key),
-            tab_w.en.eq(wr_take),
+            tab_w.en.eq(commit),
         ]
         # bulk words: from the cutter registers, before the first cut changes g_va/g_addr
         g_bulk = Signal(_MsgBulk)
@@ -421,13 +517,13 @@ class Segmenter(wiring.Component):
         m.d.comb += [
             g_bulk.log2.eq(g_log2),
             g_bulk.local_addr.eq(g_addr[3:]),
-            g_bulk.remote_va.eq(g_va),
+            g_bulk.remote_va.eq(Cat(g_va_lo, g_va_hi)),
             g_bulk.rkey.eq(g_rkey),
             g_bulk.last_len.eq(g_last_len),
             g_bulk.is_imm.eq(g_is_imm),
             g_bulk.imm.eq(g_imm),
-            g_writing.eq(g_active & (g_wbeat != _BULK_WORDS)),
-            bulk_w.addr.eq(Cat(g_wbeat[:3], g_slot, g_qp[:max(1, (qps - 1).bit_length())])),
+            g_writing.eq(g_active & ~g_go),
+            bulk_w.addr.eq(Cat(g_wbeat, Const(0, 3 - len(g_wbeat)), g_slot, g_qp[:max(1, (qps - 1).bit_length())])),
             bulk_w.data.eq(Cat(g_bulk, Const(0, _BULK_WORDS * _BULK_BITS - len(g_bulk.as_value())))
                            .word_select(g_wbeat, _BULK_BITS)),
             bulk_w.en.eq(g_writing),
@@ -445,135 +541,212 @@ class Segmenter(wiring.Component):
         rx_slot = Signal(sbits)
         rx_bulk_words = Signal(_BULK_WORDS * _BULK_BITS)
         rx_msg = _MsgBulk(rx_bulk_words[:_MsgBulk.as_shape().size])
-        rx_w = Signal(range(_BULK_WORDS + 1))
+        rx_w = Signal(range(_BULK_WORDS + 2))
+        bulk_q = Signal(_BULK_BITS)     # block-RAM output register (read data 2 cycles late)
+        m.d.sync += bulk_q.eq(bulk_r.data)
         rx_tries = Signal(range(self.retx_tries + 1))
         rx_skip = Signal(range(self.pending_depth + 2))
-        nout = Signal(range(self.pending_depth + 2))   # decisions asked for, not yet taken
+        # decisions asked for (pushed into the spray request FIFO) and taken, modulo 2**k
+        nbits = (self.pending_depth + 2).bit_length() + 1
+        n_push = Signal(nbits)
+        n_take = Signal(nbits)
+        nout = Signal(nbits)                           # decisions asked for, not yet taken
         dec_used = Signal()                            # a packet took its decision this cycle
-        rx_idle = Signal()
         rx_load = Signal()
-        dec_for_retx = Signal()
+        in_load = Signal()          # == state LOAD, as a flip-flop
+        rx_push = Signal()
+        dec_for_retx = Signal()     # registered: WAIT and the decision at the head is ours
+        room_ok = Signal()          # per-packet FIFOs can take a packet (see the cutter)
 
-        m.d.comb += ctx_r.addr.eq(Mux(rx_idle, g_qp, rx_q))
+        # context read: the cutter's QP or, while the engine is busy, the retransmitted one's
+        m.d.comb += ctx_r.addr.eq(Mux(rx_idle, Mux(g_active, g_qp, w_qp), rx_q))
+        m.d.sync += c_ctx.eq(ctx_r.data)
+
+        # table search: one slot per 4 cycles (read, subtract, compare, decide)
+        t_key = Signal(_MsgKey)             # table word read last cycle
+        t_slot = Signal(sbits)
         x_slot = Signal(sbits)
         x_d = Signal(24)
-        x_msg = _MsgKey(tab_r.data)
+        x_cnt = Signal(24)
         x_cut = Signal(24)
-        x_current = Signal()
+        x_cur = Signal()
         x_hit = Signal()
+        m.d.sync += t_key.eq(tab_r.data)
         m.d.comb += [
             x_slot.eq(head[rx_q] + rx_i),
-            x_d.eq(rx_psn - x_msg.first_psn),
-            x_cut.eq(g_psn - g_first),
-            x_current.eq(g_active & (g_qp == rx_q) & (g_slot == x_slot)),
-            x_hit.eq((x_d < x_msg.count) & ~(x_current & (x_d >= x_cut))),
         ]
 
-        # packet rebuilt from the table entry (registered inputs only)
+        # packet rebuilt from the table entry, over 3 cycles (registered)
         x_byte = Signal(32)
+        x_cntm1 = Signal(24)
+        x_pmtu = Signal(13)
         x_last = Signal()
+        x_va_lo = Signal(33)
+        x_va_hi = Signal(32)
+        x_addr = Signal(32)
         x_len = Signal(13)
+        x_beats = Signal(10)
+        x_fr = Signal(_FrameInfo)
         x_pp = Signal(_PendingPacket)
         x_job = Signal(_ReadJob)
-        x_ctx = g_ctx
         m.d.comb += [
-            x_byte.eq(rx_off << rx_msg.log2),
-            x_last.eq((rx_off + 1)[:24] == rx_count),
-            x_len.eq(Mux(x_last, rx_msg.last_len, Const(1, 13) << rx_msg.log2)),
             x_pp.qp.eq(rx_q),
-            x_pp.dest_qpn.eq(x_ctx.dest_qpn),
-            x_pp.mode.eq(x_ctx.mode),
-            x_pp.peer_usid.eq(x_ctx.peer_usid),
+            x_pp.dest_qpn.eq(c_ctx.dest_qpn),
+            x_pp.mode.eq(c_ctx.mode),
+            x_pp.peer_usid.eq(c_ctx.peer_usid),
             x_pp.psn.eq(rx_psn),
             x_pp.imm_op.eq(rx_msg.is_imm & x_last),
             x_pp.last.eq(x_last),
-            x_pp.va.eq(rx_msg.remote_va + x_byte),
+            x_pp.va.eq(Cat(x_va_lo[:32], x_va_hi)),
             x_pp.rkey.eq(rx_msg.rkey),
             x_pp.length.eq(x_len),
             x_pp.imm.eq(rx_msg.imm),
             x_pp.retx.eq(1),
-            x_job.addr.eq(Cat(Const(0, 3), rx_msg.local_addr) + x_byte),
-            x_job.beats.eq((x_len + 7) >> 3),
+            x_job.addr8.eq(x_addr[3:]),
+            x_job.beats.eq(x_beats),
         ]
-        x_room = Signal()
-        m.d.comb += x_room.eq(pend.w_rdy & fi.w_rdy & rj.w_rdy)
-        rx_req_valid = Signal()
         dec_refused = Signal()
         dec = self.spray_decision.payload
 
+        m.d.comb += [rx_idle.eq(~rx_busy), rx_load.eq(in_load & room_ok)]
         with m.FSM(name="retx_fsm"):
             with m.State("IDLE"):
-                m.d.comb += [rx_idle.eq(1), self.retx.ready.eq(1)]
-                with m.If(self.retx.valid):
+                m.d.comb += self.retx.ready.eq(~rel_busy)
+                with m.If(self.retx.valid & ~rel_busy):
                     m.d.sync += [rx_q.eq(self.retx.payload.qp), rx_psn.eq(self.retx.payload.psn),
                                  rx_avoid.eq(self.retx.payload.avoid_index), rx_i.eq(0)]
                     with m.If(self.retx.payload.qp < qps):
+                        m.d.sync += rx_busy.eq(1)
                         m.next = "SEARCH"
                     with m.Else():
                         m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
             with m.State("SEARCH"):
+                # table word of slot head + rx_i read (into t_key)
                 with m.If(rx_i >= occ[rx_q]):
                     m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
+                    m.d.sync += rx_busy.eq(0)
                     m.next = "IDLE"
-                with m.Elif(x_hit):
-                    m.d.sync += [rx_count.eq(x_msg.count), rx_off.eq(x_d), rx_slot.eq(x_slot),
+                with m.Else():
+                    m.d.sync += t_slot.eq(x_slot)
+                    m.next = "SUB"
+            with m.State("SUB"):
+                m.d.sync += [
+                    x_d.eq(rx_psn - t_key.first_psn),
+                    x_cnt.eq(t_key.count),
+                    x_cur.eq(g_active & (g_qp == rx_q) & (g_slot == t_slot)),
+                    x_cut.eq(g_psn - g_first),
+                ]
+                m.next = "CMP"
+            with m.State("CMP"):
+                m.d.sync += x_hit.eq((x_d < x_cnt) & ~(x_cur & (x_d >= x_cut)))
+                m.next = "HIT"
+            with m.State("HIT"):
+                with m.If(x_hit):
+                    m.d.sync += [rx_count.eq(x_cnt), rx_off.eq(x_d), rx_slot.eq(t_slot),
                                  rx_w.eq(0)]
                     m.next = "FETCH"
                 with m.Else():
                     m.d.sync += rx_i.eq(rx_i + 1)
+                    m.next = "SEARCH"
             with m.State("FETCH"):
-                # the slot's bulk words, one per cycle (read data one cycle after the address)
+                # the slot's bulk words, one per cycle (data two cycles after the address)
                 m.d.comb += [
                     bulk_r.addr.eq(Cat(rx_w[:3], rx_slot, rx_q[:max(1, (qps - 1).bit_length())])),
                     bulk_r.en.eq(1),
                 ]
                 m.d.sync += rx_w.eq(rx_w + 1)
-                with m.If(rx_w != 0):
+                with m.If(rx_w >= 2):
                     # shift register: word 0 ends at the bottom after the last one
-                    m.d.sync += rx_bulk_words.eq(Cat(rx_bulk_words[_BULK_BITS:], bulk_r.data))
-                with m.If(rx_w == _BULK_WORDS):
-                    m.next = "LOAD"
-            with m.State("LOAD"):
-                m.d.comb += rx_load.eq(x_room)
-                with m.If(x_room):
-                    m.d.sync += [rx_tries.eq(0), self.retransmits.eq(self.retransmits + 1)]
-                    m.next = "REQ"
+                    m.d.sync += rx_bulk_words.eq(Cat(rx_bulk_words[_BULK_BITS:], bulk_q))
+                with m.If(rx_w == _BULK_WORDS + 1):
+                    m.next = "PREP1"
+            with m.State("PREP1"):
+                m.d.sync += [x_byte.eq(rx_off << rx_msg.log2), x_cntm1.eq(rx_count - 1),
+                             x_pmtu.eq(Const(1, 13) << rx_msg.log2)]
+                m.next = "PREP2"
+            with m.State("PREP2"):
+                m.d.sync += [
+                    x_last.eq(rx_off == x_cntm1),
+                    x_va_lo.eq(rx_msg.remote_va[:32] + x_byte),
+                    x_addr.eq(Cat(Const(0, 3), rx_msg.local_addr) + x_byte),
+                ]
+                m.next = "PREP3"
+            with m.State("PREP3"):
+                full_beats = x_pmtu[3:]
+                m.d.sync += [
+                    x_va_hi.eq(rx_msg.remote_va[32:] + x_va_lo[32]),
+                    x_len.eq(Mux(x_last, rx_msg.last_len, x_pmtu)),
+                    x_beats.eq(Mux(x_last, (rx_msg.last_len + 7) >> 3, full_beats)),
+                    x_fr.last_beat.eq(Mux(x_last, (rx_msg.last_len - 1) >> 3, full_beats - 1)),
+                    x_fr.retx.eq(1),
+                    x_fr.keep.eq(Mux(x_last & (rx_msg.last_len[:3] != 0),
+                                     (Const(1, 9) << rx_msg.last_len[:3]) - 1, 0xFF)),
+                ]
+                m.d.sync += in_load.eq(1)
+                m.next = "LOAD"
+            with m.State("LOAD"), m.If(room_ok):
+                m.d.sync += in_load.eq(0)
+                m.d.sync += [rx_tries.eq(0), self.retransmits.eq(self.retransmits + 1)]
+                m.next = "REQ"
             with m.State("REQ"):
-                m.d.comb += rx_req_valid.eq(1)
-                with m.If(self.spray_req.ready):
-                    m.d.sync += [rx_tries.eq(rx_tries + 1), rx_skip.eq(nout - dec_used)]
+                m.d.comb += rx_push.eq(sq.w_rdy)
+                with m.If(sq.w_rdy):
+                    m.d.sync += [rx_tries.eq(rx_tries + 1),
+                                 rx_skip.eq(Mux(dec_used, nout - 1, nout)),
+                                 dec_for_retx.eq(Mux(dec_used, nout == 1, nout == 0))]
                     m.next = "WAIT"
             with m.State("WAIT"):
                 # The decision stays in the spray stream; once it is at the head
                 # (every earlier one taken by its packet) it is refused -- taken
                 # here, another one asked for -- or left for the retransmitted
                 # packet, now at the head of the pending FIFO.
-                m.d.comb += dec_for_retx.eq(rx_skip == 0)
+                # dec_for_retx (a register) == rx_skip is 0 here
                 with m.If(dec_for_retx):
                     with m.If(self.spray_decision.valid):
+                        m.d.sync += dec_for_retx.eq(0)
                         with m.If((dec.index == rx_avoid) & (rx_tries < self.retx_tries)):
                             m.d.comb += dec_refused.eq(1)
                             m.next = "REQ"
                         with m.Else():
                             with m.If(dec.index == rx_avoid):
                                 m.d.sync += self.retx_same_path.eq(self.retx_same_path + 1)
+                            m.d.sync += rx_busy.eq(0)
                             m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += rx_skip.eq(rx_skip - dec_used)
+                    m.d.sync += [rx_skip.eq(rx_skip - dec_used),
+                                 dec_for_retx.eq((rx_skip == 1) & dec_used)]
 
         # -------------------------------------------------- message release
+        # One QP's oldest message per 4 cycles, round robin, while the retransmission
+        # engine is idle: read its table word, subtract, compare (``una`` registered).
+        una_r = Signal(data.ArrayLayout(24, qps))
+        m.d.sync += una_r.eq(self.una)
         rel_q = Signal(range(qps))
-        rel_d = Signal(24)
-        rel_msg = _MsgKey(tab_r.data)
+        rel_st = Signal(2)              # 0: start, 1: subtract, 2: compare, 3: release
+        r_hit = Signal()
+        r_ok = Signal()
+        r_d = Signal(24)
+        r_cnt = Signal(24)
         rel = Signal()
-        m.d.sync += rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))
         m.d.comb += [
+            rel_busy.eq(rel_st != 0),
             tab_r.addr.eq(Mux(rx_idle, (rel_q << sbits) | head[rel_q], (rx_q << sbits) | x_slot)),
-            rel_d.eq(self.una[rel_q] - rel_msg.first_psn),
-            rel.eq(rx_idle & (occ[rel_q] != 0) & (rel_d >= rel_msg.count) & ~rel_d[23]),
         ]
+        with m.Switch(rel_st):
+            with m.Case(0), m.If(rx_idle & ~self.retx.valid):
+                m.d.sync += [r_ok.eq((occ[rel_q] != 0) & ~self.qp_w_en), rel_st.eq(1)]
+            with m.Case(1):
+                m.d.sync += [r_d.eq(una_r[rel_q] - t_key.first_psn), r_cnt.eq(t_key.count),
+                             rel_st.eq(2)]
+            with m.Case(2):
+                m.d.sync += [r_hit.eq((r_d >= r_cnt) & ~r_d[23]), rel_st.eq(3)]
+            with m.Case(3):
+                m.d.comb += rel.eq(r_ok & r_hit)
+                m.d.sync += [rel_st.eq(0), rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))]
+        with m.If(self.qp_w_en):
+            m.d.sync += r_ok.eq(0)      # a context write empties tables: check again
         for i in range(qps):
-            inc = wr_take & (wr.qp == i)
+            inc = commit & (w_qp == i)
             dcr = rel & (rel_q == i)
             m.d.sync += occ[i].eq(occ[i] + inc - dcr)
             with m.If(dcr):
@@ -594,66 +767,91 @@ class Segmenter(wiring.Component):
             ]
 
         # ------------------------------------------------------ packet cutter
-        g_last = Signal()
         pkt_len = Signal(13)
         new_ok = Signal()
+        cut = Signal()
         ahead = Signal(range(max(self.fifo_depth, 512 * self.pending_depth) + 513))   # beats cut, not yet out on payload
+        # Registered room: at most one write per cycle, so "2 free entries last cycle"
+        # guarantees one now (a cut may fill the per-packet FIFOs to depth - 1 only).
+        room_next = Signal()
+        m.d.comb += room_next.eq((pend.w_level <= self.pending_depth - 2)
+                                 & (fi.w_level <= self.pending_depth - 2)
+                                 & (rj.w_level <= self.pending_depth - 2)
+                                 & (sq.w_level <= sq.depth - 2))
+        m.d.sync += room_ok.eq(room_next)
+        # new_ok from two registers holding next cycle's terms, so the cut (the clock
+        # enable of the whole cutter and the FIFO writes) is one LUT level deep:
+        #   go_r   = g_go & ~g_va_fix & rx_idle, and rx_idle last cycle (c_ctx then holds
+        #            g_qp's context)
+        #   flow_r = room_ok & tx_ok of the cutter's QP (registered)
+        #   ahead_ok = ahead < fifo_depth (registered from both outcomes of this cycle)
+        go_r = Signal()
+        flow_r = Signal()
+        ahead_ok = Signal()
+        g_go_next = Signal()
+        va_next = Signal(33)
         m.d.comb += [
-            g_last.eq(g_left == 1),
+            va_next.eq(g_va_lo + g_pmtu),
+            g_go_next.eq((g_go & ~(cut & g_last)) | (g_writing & (g_wbeat == _BULK_WORDS - 1))),
             pkt_len.eq(Mux(g_last, g_last_len, g_pmtu)),
-            new_ok.eq(g_active & ~g_writing & self.tx_ok.bit_select(g_qp, 1) & rx_idle & ~self.retx.valid
-                      & pend.w_rdy & fi.w_rdy & rj.w_rdy & (ahead < self.fifo_depth)),
-            self.spray_req.valid.eq(new_ok | rx_req_valid),
+            new_ok.eq(go_r & flow_r & ahead_ok & ~self.retx.valid),
+            cut.eq(new_ok),
         ]
+        m.d.sync += [
+            g_go.eq(g_go_next),
+            # rx_idle now and next cycle (no retransmission request taken now)
+            go_r.eq(g_go_next & ~(cut & va_next[32]) & rx_idle
+                    & ~(self.retx.valid & ~rel_busy)),
+        ]
+        sreq = SprayReq(sq.w_data)
         m.d.comb += [
-            self.spray_req.payload.qp.eq(Mux(rx_idle, g_qp, rx_q)),
-            self.spray_req.payload.base.eq(g_ctx.profile_base),
-            self.spray_req.payload.count.eq(g_ctx.profile_count),
+            sq.w_en.eq(cut | rx_push),
+            sreq.qp.eq(Mux(rx_idle, g_qp, rx_q)),
+            sreq.base.eq(c_ctx.profile_base),
+            sreq.count.eq(c_ctx.profile_count),
         ]
-        cut = new_ok & self.spray_req.ready
 
         pp = Signal(_PendingPacket)
         m.d.comb += [
             pp.qp.eq(g_qp),
-            pp.dest_qpn.eq(g_ctx.dest_qpn),
-            pp.mode.eq(g_ctx.mode),
-            pp.peer_usid.eq(g_ctx.peer_usid),
+            pp.dest_qpn.eq(c_ctx.dest_qpn),
+            pp.mode.eq(c_ctx.mode),
+            pp.peer_usid.eq(c_ctx.peer_usid),
             pp.psn.eq(g_psn),
             pp.imm_op.eq(g_is_imm & g_last),
             pp.last.eq(g_last),
-            pp.va.eq(g_va),
+            pp.va.eq(Cat(g_va_lo, g_va_hi)),
             pp.rkey.eq(g_rkey),
             pp.length.eq(pkt_len),
             pp.imm.eq(g_imm),
             pp.retx.eq(0),
         ]
         job = Signal(_ReadJob)
-        m.d.comb += [job.addr.eq(g_addr), job.beats.eq((pkt_len + 7) >> 3)]
-        q_len = Signal(13)
+        m.d.comb += [job.addr8.eq(g_addr[3:]),
+                     job.beats.eq(g_beats)]
         m.d.comb += [
-            pend.w_data.eq(Mux(rx_load, x_pp, pp)),
-            rj.w_data.eq(Mux(rx_load, x_job, job)),
-            q_len.eq(Mux(rx_load, x_len, pkt_len)),
+            # write data selected by the (registered) engine state, not by the late enables
+            pend.w_data.eq(Mux(rx_idle, pp, x_pp)),
+            rj.w_data.eq(Mux(rx_idle, job, x_job)),
+            fi.w_data.eq(Mux(rx_idle, Mux(g_last, g_last_fr, g_pmtu_fr), x_fr)),
             pend.w_en.eq(cut | rx_load),
             rj.w_en.eq(cut | rx_load),
             fi.w_en.eq(cut | rx_load),
         ]
-        fr = Signal(_FrameInfo)
-        tail3 = q_len[:3]
-        m.d.comb += [
-            fr.last_beat.eq((q_len - 1) >> 3),
-            fr.keep.eq(Mux(tail3 == 0, 0xFF, (Const(1, 9) << tail3) - 1)),
-            fi.w_data.eq(fr),
-        ]
         with m.If(cut):
             m.d.sync += [
                 g_psn.eq(g_psn + 1),
-                g_va.eq(g_va + g_pmtu),
+                g_va_lo.eq(va_next[:32]),
+                g_va_fix.eq(va_next[32]),
                 g_addr.eq(g_addr + g_pmtu),
                 g_left.eq(g_left - 1),
+                g_last.eq(g_left == 2),
+                g_beats.eq(Mux(g_left == 2, g_last_beats, g_pmtu_beats)),
             ]
             with m.If(g_last):
                 m.d.sync += g_active.eq(0)
+        with m.If(g_va_fix):
+            m.d.sync += [g_va_hi.eq(g_va_hi + 1), g_va_fix.eq(0)]
 
         # ------------------------------------- descriptor + decision -> pkt
         pend_pkt = _PendingPacket(pend.r_data)
@@ -681,8 +879,11 @@ class Segmenter(wiring.Component):
             out.imm.eq(pend_pkt.imm),
             out.path.eq(self.spray_decision.payload),
         ]
-        m.d.sync += nout.eq(nout + (self.spray_req.valid & self.spray_req.ready)
-                            - (self.spray_decision.valid & self.spray_decision.ready))
+        with m.If(sq.w_en):
+            m.d.sync += n_push.eq(n_push + 1)
+        with m.If(self.spray_decision.valid & self.spray_decision.ready):
+            m.d.sync += n_take.eq(n_take + 1)
+        m.d.comb += nout.eq(n_push - n_take)
         si = self.sent.payload
         m.d.comb += [
             si.qp.eq(out.qp),
@@ -695,40 +896,47 @@ class Segmenter(wiring.Component):
         ]
 
         # ------------------------------------------------------ AR generator
+        # load a read job -> size the next burst (registered) -> issue it
         axi = self.m_axi
         rjob = _ReadJob(rj.r_data)
         ar_active = Signal()
+        ar_step = Signal(2)     # 0: size the 4 KiB cap, 1: size the burst, 2: ar_n / ar_final ready
         ar_addr = Signal(32)
         ar_rem = Signal(10)
         ar_valid = Signal()
         ar_araddr = Signal(32)
         ar_len = Signal(8)
+        ar_n = Signal(9)
+        ar_final = Signal()
         # beats in flight or buffered: issued on AR, not yet sent on payload
         reserved = Signal(range(self.fifo_depth + 1))
+        reserved_ok = Signal()  # registered: reserved <= fifo_depth - 256 (stale only low)
 
-        to_4k = Signal(10)     # beats left before the next 4 KiB boundary, 1..512
-        cap = Signal(9)        # largest legal burst from ar_addr, 1..256
-        n = Signal(9)          # this burst, beats
-        m.d.comb += [
-            to_4k.eq(512 - ar_addr[3:12]),
-            cap.eq(Mux(to_4k > _MAX_BURST, _MAX_BURST, to_4k)),
-            n.eq(Mux(ar_rem < cap, ar_rem, cap)),
-            rj.r_en.eq(~ar_active),
-        ]
+        cap = Signal(9)        # largest legal burst from ar_addr, 1..256 (registered)
+        m.d.comb += rj.r_en.eq(~ar_active)
+        m.d.sync += reserved_ok.eq(reserved <= self.fifo_depth - _MAX_BURST)
         with m.If(~ar_active & rj.r_rdy):
-            m.d.sync += [ar_active.eq(1), ar_addr.eq(rjob.addr), ar_rem.eq(rjob.beats)]
+            m.d.sync += [ar_active.eq(1), ar_step.eq(0), ar_addr.eq(Cat(Const(0, 3), rjob.addr8)),
+                         ar_rem.eq(rjob.beats)]
+        with m.Elif(ar_active & (ar_step == 0)):
+            # beats before the next 4 KiB boundary, at most 256
+            m.d.sync += [cap.eq(_MAX_BURST - Mux(ar_addr[11], ar_addr[3:11], 0)), ar_step.eq(1)]
+        with m.Elif(ar_active & (ar_step == 1)):
+            m.d.sync += [ar_final.eq(ar_rem <= cap), ar_n.eq(Mux(ar_rem <= cap, ar_rem, cap)),
+                         ar_step.eq(2)]
 
         issue = Signal()
-        m.d.comb += issue.eq(ar_active & ~ar_valid & (reserved <= self.fifo_depth - _MAX_BURST))
+        m.d.comb += issue.eq((ar_step == 2) & ~ar_valid & reserved_ok)
         with m.If(issue):
             m.d.sync += [
                 ar_valid.eq(1),
                 ar_araddr.eq(ar_addr),
-                ar_len.eq(n - 1),
-                ar_addr.eq(ar_addr + (n << 3)),
-                ar_rem.eq(ar_rem - n),
+                ar_len.eq(ar_n - 1),
+                ar_addr.eq(ar_addr + (ar_n << 3)),
+                ar_rem.eq(ar_rem - ar_n),
+                ar_step.eq(0),
             ]
-            with m.If(ar_rem == n):
+            with m.If(ar_final):
                 m.d.sync += ar_active.eq(0)
         with m.Elif(axi.arvalid & axi.arready):
             m.d.sync += ar_valid.eq(0)
@@ -768,6 +976,23 @@ class Segmenter(wiring.Component):
         with m.If(pop):
             m.d.sync += beat.eq(Mux(is_last, 0, beat + 1))
 
-        m.d.sync += reserved.eq(reserved + Mux(issue, n, 0) - pop)
-        m.d.sync += ahead.eq(ahead + Mux(rj.w_en, _ReadJob(rj.w_data).beats, 0) - pop)
+        # the counters see a payload beat one cycle late (registered): they only overestimate
+        pop_r = Signal()
+        pop_new = Signal()
+        m.d.sync += [pop_r.eq(pop), pop_new.eq(pop & ~frame.retx)]
+        m.d.sync += reserved.eq(reserved + Mux(issue, ar_n, 0) - pop_r)
+        # ahead: both outcomes of this cycle's write computed from registers; the late
+        # write enable only selects
+        # (new packets only: retransmissions neither count nor wait for it)
+        ahead_w = Signal.like(ahead)
+        ahead_n = Signal.like(ahead)
+        m.d.comb += [
+            ahead_w.eq(ahead + job.beats - pop_new),
+            ahead_n.eq(ahead - pop_new),
+        ]
+        m.d.sync += ahead.eq(Mux(cut, ahead_w, ahead_n))
+        m.d.sync += [
+            ahead_ok.eq(Mux(cut, ahead_w < self.fifo_depth, ahead_n < self.fifo_depth)),
+            flow_r.eq(room_next & self.tx_ok.bit_select(g_qp, 1)),
+        ]
         return m
