@@ -329,9 +329,13 @@ class Segmenter(wiring.Component):
         # ------------------------------------------------------ message table
         m.submodules.msgs = tab = memory.Memory(shape=_MsgKey, depth=qps * msgs, init=[])
         tab_w = tab.write_port()
+        # no_rw_check: bulk words are written when a free slot takes a new message and read
+        # only for a retransmission of a message already in its slot, so a word is never
+        # read in the cycle it is written (no collision logic after the block RAM, and
+        # bulk_q becomes its output register).
         m.submodules.msg_bulk = bulk = memory.Memory(
             shape=_BULK_BITS, depth=qps * msgs * _BULK_STRIDE, init=[],
-            attrs={"ram_style": "block"})
+            attrs={"ram_style": "block", "no_rw_check": 1})
         bulk_w = bulk.write_port()
         bulk_r = bulk.read_port()                # sync: retransmission fetch
         tab_r = tab.read_port(domain="comb")     # release check (head slot) / retx lookup
