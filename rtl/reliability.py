@@ -85,16 +85,20 @@ RelQpParams = type("RelQpParams", (data.Struct,), {
 })
 
 
-# One outstanding PSN, in 9-bit lanes (block-RAM byte enables) grouped by who writes them:
-# lanes 0-4 {index, ev, msg_last, length[:4]}: new / retransmitted SentInfo;
-# lanes 5-8 {send_ns, retries}: SentInfo, timeout; lanes 9-10 {length[4:], acked}: SACK.
+# One outstanding PSN, in 9-bit lanes (block-RAM byte enables) grouped by who writes them, so
+# that a SentInfo (new or retransmitted) never needs the slot's old contents:
+# lanes 0-4 {index, ev}: SentInfo; lanes 5-8 {send_ns}: SentInfo, timeout;
+# lane 9 {retries, texp}: new SentInfo, timeout; lanes 10-11 {length, msg_last, acked}: new
+# SentInfo, SACK.  ``texp`` is the PSN's current ACK-timeout exponent (capped).
 _Slot = data.StructLayout({
-    "index": 8, "ev": 32, "msg_last": 1, "length_lo": 4,
-    "send_ns": 32, "retries": 4,
-    "length_hi": 9, "acked": 1, "pad": 8,
+    "index": 8, "ev": 32, "pad_a": 5,
+    "send_ns": 32, "pad_t": 4,
+    "retries": 4, "texp": 5,
+    "length": 13, "msg_last": 1, "acked": 1, "pad_l": 3,
 })
 _LANE = 9
-_LANES_A, _LANES_B, _LANES_C = 0b00000011111, 0b00111100000, 0b11000000000
+_LANES_ID, _LANES_TS, _LANES_RT, _LANES_LA = 0b11111, 0b1111 << 5, 1 << 9, 0b11 << 10
+_LANES_ALL = (1 << 12) - 1
 
 # pipeline operations on the slot memory
 _OP_NONE, _OP_SENT, _OP_CUM, _OP_SACK, _OP_TRIM, _OP_SCAN = range(6)
@@ -127,13 +131,12 @@ def _le_c(x, j):
     return ~_gt_c(x, j)
 
 
-def _profile_mask(m, paths, base, count, name):
-    """Bit i set when entry i is in [base, base + count)."""
-    mask = Signal(paths, name=name)
-    end = Signal(10, name=f"{name}_end")
-    m.d.comb += end.eq(base + count)
-    m.d.comb += mask.eq(Cat(_le_c(base, i) & _gt_c(end, i) for i in range(paths)))
-    return mask
+def _ge_v(a, b):
+    """``a >= b`` for two short unsigned values, as an AND/OR network (no carry chain)."""
+    ge = Const(1)
+    for k in range(len(a)):
+        ge = (a[k] & ~b[k]) | (~(a[k] ^ b[k]) & ge)
+    return ge
 
 
 def _popcount(bits):
@@ -151,9 +154,10 @@ class SenderReliability(wiring.Component):
     **Outstanding PSNs.**  Each QP tracks the PSNs in ``[una, nxt)``
     (``una`` = oldest PSN not cumulatively acknowledged, ``nxt`` = next new
     PSN), modulo 2**24, in a ring of ``window`` slots (one block-RAM
-    ``amaranth.lib.memory.Memory`` of ``qps * window`` x 99 bits in 9-bit
+    ``amaranth.lib.memory.Memory`` of ``qps * window`` x 108 bits in 9-bit
     lanes: entry index, EV, send time in ns, length, msg_last, acked, retry
-    count; each write enables only the lanes it changes).  A new
+    count, current timeout exponent; each write enables only the lanes it
+    changes, and a SentInfo's lanes hold nothing it does not write).  A new
     SentInfo (``retx`` = 0) must carry PSN ``nxt`` and find fewer than
     ``window`` PSNs outstanding, otherwise it is dropped and counted in
     ``sent_dropped``; a retransmission (``retx`` = 1) of an outstanding PSN
@@ -161,12 +165,20 @@ class SenderReliability(wiring.Component):
     ``inflight`` (bytes) grows by the length of each new PSN and shrinks when
     a PSN is first acknowledged.
 
-    **One engine.**  A two-stage read-modify-write pipeline owns the slot
-    memory; each cycle it starts one operation, by priority: a SentInfo
-    (from a FIFO of :data:`SENT_FIFO_DEPTH`, so 16 back-to-back SentInfos are
-    always accepted; further ones see ``ready`` low only while the engine is
-    busier than one SentInfo per cycle), a step of the current ACK, one PSN
-    of the timeout scan.
+    **One engine.**  A read-modify-write pipeline owns the slot memory (S0
+    registered operation = read address, S1 per-QP PSN state
+    ``una``/``nxt``/outstanding count -- read and written only there, S2
+    registered block-RAM data, S3 write-back of registered data and the ACK's
+    accumulators, S4 a timeout's write-back); each cycle it starts one
+    operation, by priority:
+    a SentInfo (from a FIFO of :data:`SENT_FIFO_DEPTH`, so 16 back-to-back
+    SentInfos are always accepted; further ones see ``ready`` low only while
+    the engine is busier than one SentInfo per cycle), a step of the current
+    ACK, one PSN of the timeout scan (the cycle after a scan step starts
+    nothing).  An operation that reads a slot (ACK step, scan) waits while an
+    older one that may write the same slot is in S0 or S1 (a scan: S0-S2); a
+    write in the cycle of the read reaches it through the read port's
+    transparency, so back-to-back updates of one slot are never lost.
 
     **ACK processing** (``ack`` stream, one RxPacket of kind ACK at a time;
     ``ready`` is high only between ACKs; other kinds, ``qp >= qps`` and
@@ -189,7 +201,8 @@ class SenderReliability(wiring.Component):
       no other GOOD, non-avoided entry of the profile would remain.  A slot
       holds its expiry cycle (one equality compare per slot against a cycle
       counter); expired slots release their entry one per cycle, so when
-      several expire in the same cycle the later ones end a cycle later each;
+      several expire in the same cycle the later ones end a cycle later each
+      (an ``ecn_hold`` of 1 acts as 2);
     * no flag (clean ACK): ``clean_acks`` += 1; the entry's avoidance ends and
       its index is offered on ``recycle`` (hint; dropped when its 4-deep FIFO
       is full);
@@ -219,17 +232,19 @@ class SenderReliability(wiring.Component):
     one entry per cycle: each entry marked ASSUMED_BAD by this block yields
     ``ProbeReq{qp, index, ts = now_ns}``.
 
-    **Latency.**  A SentInfo is recorded 1-2 cycles after its transfer.  An
-    ACK is taken when the previous one is finished and occupies
-    ``4 + passed PSNs + SACK walk + (trim)`` cycles (SACK walk: the bits up
+    **Latency.**  A SentInfo is recorded 4-6 cycles after its transfer (its
+    PSN counts as outstanding 3-4 cycles after).  An ACK is taken when the
+    previous one is finished and occupies about
+    ``9 + passed PSNs + SACK walk + (trim)`` cycles (SACK walk: the bits up
     to the highest set one, less 7 per zero byte skipped) plus any cycle lost
-    to a SentInfo, the NSCC unit (:data:`~mrcnic.rtl.nscc.UPDATE_CYCLES`)
-    or a full output FIFO; a probe-reply search adds ``profile_count + 1``.
-    A timeout is detected within one scan pass (at most ``qps * window``
-    scan cycles; the scan pauses while an ACK is processed) after it
-    expires, and acted on 3 cycles later (``st_en``, event and RetxReq in the
-    same cycle).  ``avoid`` follows an ECN echo 2 cycles after the ACK's
-    finish cycle.
+    to a SentInfo, a same-slot wait, the NSCC unit
+    (:data:`~mrcnic.rtl.nscc.UPDATE_CYCLES`) or a full output FIFO; a
+    probe-reply search adds ``profile_count + 3``.  A timeout is detected
+    within one scan pass (at most ``2 * qps * window`` cycles; the scan
+    pauses while an ACK is processed) after it expires, and acted on 6
+    cycles later (``st_en``, event and RetxReq in the same cycle).
+    ``avoid`` follows an ECN echo 3 cycles after the ACK's finish cycle (the
+    cycle its NSCC update is taken).
 
     **Resources** (ECP5, ``qps=2, window=128, paths=32``): the slot ring and
     the per-entry EV table are block RAM; per-QP arithmetic is narrowed to
@@ -260,16 +275,17 @@ class SenderReliability(wiring.Component):
         Path table's per-entry "GOOD and weight > 0" bitmap.
     cfg_w_en, cfg_w_addr, cfg_w_data : In(1), In(3), In(RelQpConfig)
         Per-QP configuration write: resets the QP (``una = nxt = start_psn``,
-        nothing in flight, cwnd = ``nscc.init_cwnd``) and clears the
-        ASSUMED_BAD marks of its profile range.  Write only while the QP has
-        no traffic; it has priority over everything else in that cycle.
+        nothing in flight, cwnd = ``nscc.init_cwnd``; 2 cycles later) and
+        clears the ASSUMED_BAD marks of its profile range (3 cycles later).
+        Write only while the QP has no traffic; it has priority over
+        everything else.
     cc_w_en, cc_w_addr, cc_w_data : In(1), In(3), In(NsccConfig)
         Live CC-profile change of a QP (OCP MRC CC profile): the NSCC
         parameters are replaced and the QP's window restarts at ``init_cwnd``;
         its PSN state is kept (unlike ``cfg_w_*``).  ``cfg_w_en`` wins in the
         same cycle.
     retx : Out(stream.Signature(RetxReq))
-        PSNs to send again (8-deep FIFO; the engine waits while it is full).
+        PSNs to send again (8-deep FIFO; a RetxReq waits while fewer than 3 entries are free).
     st_en, st_addr, st_state : Out(1), Out(8), Out(EvState)
         Path-table state update pulse (registered).
     event : Out(stream.Signature(EvEvent))
@@ -364,6 +380,7 @@ class SenderReliability(wiring.Component):
         ibits = max(1, (paths - 1).bit_length())
         qbits = (qps - 1).bit_length()
         qb = max(1, qbits)                 # per-QP tables are indexed by qp[:qb] (range-checked)
+        abits = wbits + qbits              # slot address
 
         def inc(counter, cond=None):
             if cond is None:
@@ -378,13 +395,15 @@ class SenderReliability(wiring.Component):
             m.d.comb += v.eq(Mux(_lt_c(index, paths), Const(1, paths) << index[:ibits], 0))
             return v
 
+        def bit_of(vec, index):
+            """Bit ``index`` of a paths-bit vector (0 when index >= paths)."""
+            return vec.bit_select(index[:ibits], 1) & _lt_c(index, paths)
+
         now = Signal(32)
         m.d.sync += now.eq(now + self.clk_ns)
         m.d.comb += self.now_ns.eq(now)
         cyc = Signal(24)                   # cycle count: ECN-avoid expiries
-        cyc_next = Signal(24)
-        m.d.comb += cyc_next.eq(cyc + 1)
-        m.d.sync += cyc.eq(cyc_next)
+        m.d.sync += cyc.eq(cyc + 1)
         m.d.sync += self.stat_en.eq(0)
 
         def stat(index, kind):
@@ -424,13 +443,10 @@ class SenderReliability(wiring.Component):
         m.submodules.slots = slots = memory.Memory(shape=_Slot.size, depth=qps * window, init=[])
         sl_w = slots.write_port(granularity=_LANE)
         sl_r = slots.read_port(transparent_for=(sl_w,))
-        sl_wd = Signal(_Slot)
-        m.d.comb += sl_w.data.eq(sl_wd)
         m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[],
                                                attrs={"ram_style": "block"})
         ev_w = evs.write_port()
-        ev_r = evs.read_port()
-
+        ev_r = evs.read_port(transparent_for=(ev_w,))
 
         def slot_addr(qp, psn):
             return Cat(psn[:wbits], qp[:qbits]) if qps > 1 else psn[:wbits]
@@ -459,37 +475,113 @@ class SenderReliability(wiring.Component):
 
         retx_data = Signal(RetxReq)
         retx_push = Signal()
+        retx_room = Signal()              # registered: room for a push in this cycle or the next
+        m.d.sync += retx_room.eq(_lt_c(retx_f.level, _RETX_DEPTH - 2))
         m.d.comb += [retx_f.w_data.eq(retx_data), retx_f.w_en.eq(retx_push)]
         inc(self.retransmissions, retx_push)
 
         m.d.sync += self.st_en.eq(0)
 
-        # ---- SentInfo FIFO --------------------------------------------------
-        m.submodules.sent_fifo = sf = fifo.SyncFIFO(
+        # ---- SentInfo FIFO (registered output) ----------------------------------------
+        m.submodules.sent_fifo = sf = fifo.SyncFIFOBuffered(
             width=SentInfo.as_shape().size, depth=SENT_FIFO_DEPTH)
         m.d.comb += [sf.w_data.eq(self.sent.payload), sf.w_en.eq(self.sent.valid),
                      self.sent.ready.eq(sf.w_rdy)]
         sent_head = SentInfo(sf.r_data)
 
         # ---- pipeline registers ---------------------------------------------
+        # selection (comb) -> S0 register = read address -> S1 per-QP PSN state (the RAM
+        # reads) -> S2 slot data (registered RAM output) -> S3 write-back and accumulators
+        # -> S4 a timeout's write-back.  An operation that reads the slot is not selected while
+        # an older one that may write the same slot is in S0 or S1 (a scan: S0..S2); a write
+        # landing with the read reaches it through the transparent read port.
+        def is_job(op):
+            return (op == _OP_CUM) | (op == _OP_SACK) | (op == _OP_TRIM)
+
+        def is_writer(op):
+            return (op == _OP_SENT) | (op == _OP_SACK) | (op == _OP_SCAN)
+
+        s0_op = Signal(range(6))
+        s0_qp = Signal(3)
+        s0_psn = Signal(24)
+        s0_addr = Signal(abits)
+        m.d.comb += s0_addr.eq(slot_addr(s0_qp, s0_psn))
+        # the selected operation is registered (S0) and its register is the read address
+        r0_op = Signal(range(6))
+        r0_qp = Signal(3)
+        r0_psn = Signal(24)
+        r0_sent = Signal(SentInfo)
+        r0_addr = Signal(abits)
+        r0_wr = Signal()
+        m.d.sync += [r0_op.eq(s0_op), r0_qp.eq(s0_qp), r0_psn.eq(s0_psn), r0_sent.eq(sent_head),
+                     r0_addr.eq(s0_addr), r0_wr.eq(is_writer(s0_op))]
+        m.d.comb += sl_r.addr.eq(r0_addr)
         s1_op = Signal(range(6))
         s1_qp = Signal(3)
         s1_psn = Signal(24)
         s1_sent = Signal(SentInfo)
-        s0_op = Signal(range(6))
-        s0_qp = Signal(3)
-        s0_psn = Signal(24)
-        m.d.comb += sl_r.addr.eq(slot_addr(s0_qp, s0_psn))
-        m.d.sync += [s1_op.eq(s0_op), s1_qp.eq(s0_qp), s1_psn.eq(s0_psn), s1_sent.eq(sent_head)]
-        s1_jobop = (s1_op == _OP_CUM) | (s1_op == _OP_SACK) | (s1_op == _OP_TRIM)
+        s1_addr = Signal(abits)
+        s1_wr = Signal()
+        m.d.sync += [s1_op.eq(r0_op), s1_qp.eq(r0_qp), s1_psn.eq(r0_psn), s1_sent.eq(r0_sent),
+                     s1_addr.eq(r0_addr), s1_wr.eq(r0_wr)]
+        s2_op = Signal(range(6))
+        s2_qp = Signal(3)
+        s2_psn = Signal(24)
+        s2_sent = Signal(SentInfo)
+        s2_addr = Signal(abits)
+        s2_new_ok = Signal()              # a new SentInfo that was accepted
+        s2_qok = Signal()                 # qp < qps and configured
+        s2_off_hi = Signal(24 - obits)    # (psn - una) >> obits
+        s2_off_lo = Signal(obits)
+        s2_lt = Signal()                  # (psn - una) % 2**obits < outst
+        s2_e0 = Signal(5)                 # ACK-timeout exponent of a new PSN
+        s2_rcm1 = Signal(4)               # retry_count - 1
+        s2_rc0 = Signal()                 # retry_count == 0
+        s3_rcm1 = Signal(4)
+        s3_rc0 = Signal()
+        m.d.sync += [s2_op.eq(s1_op), s2_qp.eq(s1_qp), s2_psn.eq(s1_psn), s2_sent.eq(s1_sent),
+                     s2_addr.eq(s1_addr)]
+        s3_op = Signal(range(6))
+        s3_qp = Signal(3)
+        s3_psn = Signal(24)
+        s3_addr = Signal(abits)
+        s3_off = Signal(obits)
+        s3_wen = Signal(12)
+        s3_wd = Signal(_Slot)
+        s3_scan = Signal()                # a scan of an outstanding, unacknowledged PSN
+        s3_age = Signal(22)               # (now - send_ns) >> 10
+        s3_le = Signal(20)                # bit k: texp <= k
+        s3_infl_en = Signal()
+        s3_delta = Signal(fbits)
+        s3_newly = Signal()
+        s3_len = Signal(13)
+        s3_send = Signal(32)
+        s3_hit = Signal()
+        s3_index = Signal(8)
+        s3_ev = Signal(32)
+        m.d.sync += [s3_op.eq(s2_op), s3_qp.eq(s2_qp), s3_psn.eq(s2_psn), s3_addr.eq(s2_addr),
+                     s3_off.eq(s2_off_lo)]
+
+        s4_tw = Signal()                  # the S3 scan timed its PSN out: write it back
+        s4_addr = Signal(abits)
+        s4_rt = Signal(9)                 # {retries, texp} of that write
+
+        def conflict(qp, psn):
+            a = slot_addr(qp, psn)
+            return ((r0_wr & (r0_addr == a)) | (s1_wr & (s1_addr == a))
+                    | ((s2_op == _OP_SCAN) & (s2_addr == a)))
 
         # ---- ACK job state ----------------------------------------------------
         job = Signal(RxPacket)
         job_qp = job.qp
+        job_psn1 = Signal(24)              # job.psn + 1
+        cum_d = Signal(24)
         cum_ptr = Signal(24)
         cum_left = Signal(obits)
+        cum_nz = Signal()
         sack_rem = Signal(64)
-        sack_pos = Signal(6)
+        sack_psn = Signal(24)              # PSN of sack_rem bit 0
+        sack_nz = Signal()
         newly = Signal(fbits)
         last_send = Signal(32)
         hit_v = Signal()
@@ -503,7 +595,7 @@ class SenderReliability(wiring.Component):
 
         # ---- timeout action state ---------------------------------------------
         to_pending = Signal()
-        to_wait = Signal(2)
+        to_wait = Signal(3)
         to = Signal(RetxReq)
         to_ev = Signal(32)
         srch_busy = Signal()
@@ -515,10 +607,20 @@ class SenderReliability(wiring.Component):
         m.d.comb += pmask.eq(pmq[mask_qp[:qb]])
         good = Signal(paths)
         m.d.comb += good.eq(self.eligible & ~bad & pmask)
+        # GOOD count in three registered steps: the GOOD bitmap, popcounts of 8-bit groups, sum
+        good_r = Signal(paths)
+        m.d.sync += good_r.eq(good)
+        groups = [Signal(4, name=f"good_pc{g}") for g in range((paths + 7) // 8)]
+        m.d.sync += [pc.eq(_popcount(good_r[8 * g:8 * g + 8])) for g, pc in enumerate(groups)]
         good_cnt = Signal(range(paths + 2))
-        m.d.sync += good_cnt.eq(_popcount(good))
+        terms = list(groups)
+        while len(terms) > 1:
+            terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        m.d.sync += good_cnt.eq(terms[0])
 
-        # ---- ACK job: IDLE -> START -> CUM -> SACK -> TRIM -> WAIT -> FINISH [-> SEARCH] ----
+        # ---- ACK job: IDLE -> START -> START2 -> CUM -> SACK -> TRIM -> WAIT -> FIN0 ->
+        #      FIN1 -> FINISH [-> SEARCH] ----
         trim_taken = Signal()
         fin_go = Signal()
         srch_done = Signal()
@@ -528,35 +630,43 @@ class SenderReliability(wiring.Component):
                 with m.If(self.ack.valid & ~self.cfg_w_en):
                     p = self.ack.payload
                     with m.If((p.kind == RxKind.ACK) & _lt_c(p.qp, qps) & qvalid[p.qp[:qb]]):
-                        m.d.sync += [job.eq(p), sack_rem.eq(p.ack.bitmap), sack_pos.eq(0)]
+                        m.d.sync += [job.eq(p), job_psn1.eq(p.psn + 1),
+                                     sack_rem.eq(p.ack.bitmap), sack_psn.eq(p.ack.base_psn),
+                                     sack_nz.eq(p.ack.bitmap != 0)]
                         m.next = "START"
                     with m.Else():
                         inc(self.acks_dropped)
             with m.State("START"):
-                # nothing is issued in this state: start once the pipeline is empty
-                with m.If(s1_op == _OP_NONE):
-                    q = job_qp[:qb]
-                    d = Signal(24)
-                    m.d.comb += d.eq(job.psn + 1 - una[q])
-                    m.d.sync += [
-                        cum_ptr.eq(una[q]),
-                        cum_left.eq(Mux((d != 0) & (d[obits:] == 0) & (d[:obits] <= outst[q]),
-                                        d[:obits], 0)),
-                        newly.eq(0), hit_v.eq(0), trim_v.eq(0),
-                    ]
-                    m.next = "CUM"
+                # una changes only by this job's CUM operations: none in flight yet
+                q = job_qp[:qb]
+                m.d.sync += [cum_d.eq(job_psn1 - una[q]), cum_ptr.eq(una[q]),
+                             newly.eq(0), hit_v.eq(0), trim_v.eq(0)]
+                m.next = "START2"
+            with m.State("START2"):
+                q = job_qp[:qb]
+                ok = (cum_d[obits:] == 0) & (cum_d[:obits] != 0) & (cum_d[:obits] <= outst[q])
+                m.d.sync += [cum_left.eq(Mux(ok, cum_d[:obits], 0)), cum_nz.eq(ok)]
+                m.next = "CUM"
             with m.State("CUM"):
-                with m.If(cum_left == 0):
+                with m.If(~cum_nz):
                     m.next = "SACK"
             with m.State("SACK"):
-                with m.If(sack_rem == 0):
+                with m.If(~sack_nz):
                     m.next = "TRIM"
             with m.State("TRIM"):
                 with m.If(trim_taken):
                     m.next = "WAIT"
             with m.State("WAIT"):
-                with m.If(~s1_jobop):
-                    m.next = "FINISH"
+                with m.If(~is_job(r0_op) & ~is_job(s1_op) & ~is_job(s2_op) & ~is_job(s3_op)):
+                    m.next = "FIN0"
+            with m.State("FIN0"):
+                # registered inputs of the finish cycle; no scan runs during a job, so a
+                # pending timeout action only ends
+                with m.If(~to_pending):
+                    m.next = "FIN1"
+            with m.State("FIN1"):
+                # the GOOD bitmap (good_r) now has the job's profile mask
+                m.next = "FINISH"
             with m.State("FINISH"):
                 with m.If(fin_go):
                     with m.If(f_probe):
@@ -567,156 +677,243 @@ class SenderReliability(wiring.Component):
                 with m.If(srch_done):
                     m.next = "IDLE"
 
-        in_cum = ackjob.ongoing("CUM") & (cum_left != 0)
-        in_sack = ackjob.ongoing("SACK") & (sack_rem != 0)
+        in_cum = ackjob.ongoing("CUM") & cum_nz
+        in_sack = ackjob.ongoing("SACK") & sack_nz
         in_trim = ackjob.ongoing("TRIM")
         m.d.comb += srch_busy.eq(ackjob.ongoing("SEARCH"))
-        # SACK walk: bit 0 of sack_rem is PSN base_psn + sack_pos; a zero low byte is skipped
-        # in one cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
+        # SACK walk: bit 0 of sack_rem is PSN sack_psn; a zero low byte is skipped in one
+        # cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
         sack_skip = sack_rem[:8] == 0
+
+        def sack_shift(k):
+            rem = sack_rem >> k
+            m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + k), sack_nz.eq(rem != 0)]
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
         scan_off = Signal(obits)
-        with m.If(self.cfg_w_en):
-            m.d.comb += s0_op.eq(_OP_NONE)
-        with m.Elif(sf.r_rdy & ~ackjob.ongoing("START")):
-            m.d.comb += [s0_op.eq(_OP_SENT), s0_qp.eq(sent_head.qp), s0_psn.eq(sent_head.psn),
-                         sf.r_en.eq(1)]
-        with m.Elif(in_cum & _lt_c(cpl_f.level, _CPL_DEPTH - 2)):
-            m.d.comb += [s0_op.eq(_OP_CUM), s0_qp.eq(job_qp), s0_psn.eq(cum_ptr)]
-            m.d.sync += [cum_ptr.eq(cum_ptr + 1), cum_left.eq(cum_left - 1)]
-        with m.Elif(in_sack):
+        scan_psn = Signal(24)              # una[scan_q] + scan_off when it was advanced
+        # the read address depends only on registers and the job's state (not on whether
+        # the operation is issued: a read that is not issued is harmless)
+        # (a SentInfo does not read: it never sets the read address)
+        r_qp = Signal(3)
+        r_psn = Signal(24)
+        with m.If(ackjob.ongoing("CUM")):
+            m.d.comb += [r_qp.eq(job_qp), r_psn.eq(cum_ptr)]
+        with m.Elif(ackjob.ongoing("SACK")):
+            m.d.comb += [r_qp.eq(job_qp), r_psn.eq(sack_psn)]
+        with m.Elif(ackjob.ongoing("TRIM")):
+            m.d.comb += [r_qp.eq(job_qp), r_psn.eq(job.ack.base_psn)]
+        with m.Else():
+            m.d.comb += [r_qp.eq(scan_q), r_psn.eq(scan_psn)]
+        with m.If(sf.r_rdy):
+            m.d.comb += [s0_qp.eq(sent_head.qp), s0_psn.eq(sent_head.psn)]
+        with m.Else():
+            m.d.comb += [s0_qp.eq(r_qp), s0_psn.eq(r_psn)]
+        # one "go" signal per source, each from a few registers (the cycle after a scan is a
+        # bubble: see the write-back in S3/S4); a SentInfo never reads, so it never waits
+        hold0 = Signal()
+        m.d.comb += hold0.eq(self.cfg_w_en | (r0_op == _OP_SCAN))
+        sent_go = Signal()
+        m.d.comb += [sent_go.eq(sf.r_rdy & ~hold0), sf.r_en.eq(sent_go)]
+        free0 = Signal()                   # no SentInfo and no bubble this cycle
+        m.d.comb += free0.eq(~sf.r_rdy & ~hold0)
+        cum_go = Signal()
+        m.d.comb += cum_go.eq(free0 & in_cum & _lt_c(cpl_f.level, _CPL_DEPTH - 2)
+                              & ~conflict(job_qp, cum_ptr))
+        sack_step = Signal()
+        sack_go = Signal()
+        m.d.comb += [sack_step.eq(free0 & in_sack & (sack_skip | ~sack_rem[0]
+                                                     | ~conflict(job_qp, sack_psn))),
+                     sack_go.eq(sack_step & ~sack_skip & sack_rem[0])]
+        trim_go = Signal()
+        m.d.comb += [trim_taken.eq(free0 & in_trim & (~f_trim
+                                                      | ~conflict(job_qp, job.ack.base_psn))),
+                     trim_go.eq(trim_taken & f_trim)]
+        scan_go = Signal()
+        m.d.comb += scan_go.eq(free0 & ackjob.ongoing("IDLE") & ~to_pending
+                               & ~conflict(scan_q, scan_psn))
+        with m.If(sent_go):
+            m.d.comb += s0_op.eq(_OP_SENT)
+        with m.If(cum_go):
+            m.d.comb += s0_op.eq(_OP_CUM)
+            m.d.sync += [cum_ptr.eq(cum_ptr + 1), cum_left.eq(cum_left - 1),
+                         cum_nz.eq(cum_left != 1)]
+        with m.If(sack_step):
             with m.If(sack_skip):
-                m.d.sync += [sack_rem.eq(sack_rem >> 8), sack_pos.eq(sack_pos + 8)]
+                sack_shift(8)
             with m.Else():
-                m.d.sync += [sack_rem.eq(sack_rem >> 1), sack_pos.eq(sack_pos + 1)]
-                with m.If(sack_rem[0]):
-                    m.d.comb += [s0_op.eq(_OP_SACK), s0_qp.eq(job_qp),
-                                 s0_psn.eq(job.ack.base_psn + sack_pos)]
-        with m.Elif(in_trim):
-            m.d.comb += trim_taken.eq(1)
-            with m.If(f_trim):
-                m.d.comb += [s0_op.eq(_OP_TRIM), s0_qp.eq(job_qp), s0_psn.eq(job.ack.base_psn)]
-        with m.Elif(ackjob.ongoing("IDLE") & ~to_pending):
-            m.d.comb += [s0_op.eq(_OP_SCAN), s0_qp.eq(scan_q), s0_psn.eq(una[scan_q] + scan_off)]
-            last_q = scan_q == qps - 1
+                sack_shift(1)
+        with m.If(sack_go):
+            m.d.comb += s0_op.eq(_OP_SACK)
+        with m.If(trim_go):
+            m.d.comb += s0_op.eq(_OP_TRIM)
+        with m.If(scan_go):
+            m.d.comb += s0_op.eq(_OP_SCAN)
+            nq = (scan_q + 1)[:len(scan_q)] if qps > 1 else scan_q
+            if qps > 1 and qps & (qps - 1):
+                nq = Mux(scan_q == qps - 1, 0, scan_q + 1)
             with m.If((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q]):
-                m.d.sync += [scan_off.eq(0), scan_q.eq(Mux(last_q, 0, scan_q + 1))]
+                m.d.sync += [scan_off.eq(0), scan_q.eq(nq), scan_psn.eq(una[nq])]
             with m.Else():
-                m.d.sync += scan_off.eq(scan_off + 1)
+                m.d.sync += [scan_off.eq(scan_off + 1), scan_psn.eq(scan_psn + 1)]
 
-        # ---- stage 1: execute ------------------------------------------------
-        slot = _Slot(sl_r.data)
-        slot_len = Cat(slot.length_lo, slot.length_hi)
-        s1_cfg = cfg[s1_qp[:qb]]
-        q1 = s1_qp
-        q1i = s1_qp[:qb]
+        # ---- stage 1: per-QP PSN state (read and written only here) --------------------
+        q1 = s1_qp[:qb]
+        qok1 = Signal()
+        m.d.comb += qok1.eq(_lt_c(s1_qp, qps) & qvalid[q1])
+        nxt_eq = Signal()
+        for i in range(qps):
+            with m.If(q1 == i):
+                m.d.comb += nxt_eq.eq(s1_psn == nxt[i])
+        new_ok = Signal()
+        m.d.comb += new_ok.eq((s1_op == _OP_SENT) & ~s1_sent.retx & qok1 & nxt_eq
+                              & ~outst[q1][wbits])
+        with m.If(new_ok):
+            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), outst[q1].eq(outst[q1] + 1)]
+        inc(self.sent_dropped, (s1_op == _OP_SENT) & ~s1_sent.retx & ~new_ok)
+        # a CUM operation always targets una (the ACK job bounded it by outst)
+        with m.If((s1_op == _OP_CUM) & qok1):
+            m.d.sync += [una[q1].eq(una[q1] + 1), outst[q1].eq(outst[q1] - 1)]
         off1 = Signal(24)
-        m.d.comb += off1.eq(s1_psn - una[q1i])
-        in_range = Signal()
-        m.d.comb += in_range.eq(_lt_c(q1, qps) & qvalid[q1i] & (off1[obits:] == 0)
-                                & (off1[:obits] < outst[q1i]))
-        # slot write data: every field that a write's lanes carry but it does not change
-        # keeps its read value
-        m.d.comb += [sl_w.addr.eq(slot_addr(q1, s1_psn)),
-                     sl_wd.index.eq(s1_sent.index), sl_wd.ev.eq(s1_sent.ev),
-                     sl_wd.msg_last.eq(slot.msg_last), sl_wd.length_lo.eq(slot.length_lo),
-                     sl_wd.send_ns.eq(now), sl_wd.retries.eq(slot.retries),
-                     sl_wd.length_hi.eq(slot.length_hi), sl_wd.acked.eq(0),
+        m.d.comb += off1.eq(s1_psn - una[q1])
+        c1 = cfg[q1]
+        m.d.sync += [s2_new_ok.eq(new_ok), s2_qok.eq(qok1), s2_off_hi.eq(off1[obits:]),
+                     s2_off_lo.eq(off1[:obits]), s2_lt.eq(off1[:obits] < outst[q1]),
+                     s2_e0.eq(Mux(_ge_c(c1.ack_timeout_exp, MAX_TIMEOUT_EXP), MAX_TIMEOUT_EXP,
+                                  c1.ack_timeout_exp + (c1.retry_count == 0))),
+                     s2_rcm1.eq(c1.retry_count - 1), s2_rc0.eq(c1.retry_count == 0)]
+        m.d.sync += [s3_rcm1.eq(s2_rcm1), s3_rc0.eq(s2_rc0)]
+        m.d.comb += [ev_w.en.eq((s1_op == _OP_SENT) & _lt_c(s1_qp, qps)
+                                & _lt_c(s1_sent.index, paths)),
                      ev_w.addr.eq(s1_sent.index), ev_w.data.eq(s1_sent.ev)]
+
+        # ---- stage 2: registered slot data --------------------------------------------
+        # rd is a fabric register behind the block RAM's output.  ``s2_nack`` (an inverted copy
+        # of one bit) gives the read data a second user, so that synthesis keeps rd out of the
+        # RAM (it would otherwise merge rd into the RAM's output and keep the address register
+        # in the fabric, leaving S2's logic on the RAM's slow clock-to-out).
+        rd = Signal(_Slot)
+        s2_nack = Signal()
+        m.d.sync += [rd.eq(sl_r.data), s2_nack.eq(~_Slot(sl_r.data).acked)]
+        in_range = Signal()
+        m.d.comb += in_range.eq(s2_qok & (s2_off_hi == 0) & s2_lt)
+        nacked = Signal()
+        m.d.comb += nacked.eq(in_range & s2_nack)
+        newly_c = Signal()
+        m.d.comb += newly_c.eq(((s2_op == _OP_CUM) & s2_qok & s2_nack)
+                               | ((s2_op == _OP_SACK) & nacked))
+        is_sent2 = s2_op == _OP_SENT
+        # write data: fields a write's lanes carry but it does not change keep their value
+        wd = Signal(_Slot)
+        m.d.comb += [wd.eq(rd), wd.acked.eq(0)]
+        with m.If(is_sent2):
+            m.d.comb += [wd.index.eq(s2_sent.index), wd.ev.eq(s2_sent.ev),
+                         wd.retries.eq(0), wd.texp.eq(s2_e0), wd.length.eq(s2_sent.length),
+                         wd.msg_last.eq(s2_sent.msg_last)]
+        with m.Elif(s2_op == _OP_SACK):
+            m.d.comb += wd.acked.eq(1)
+        wen = Signal(12)
+        with m.If(is_sent2 & s2_new_ok):
+            m.d.comb += wen.eq(_LANES_ALL)
+        with m.Elif(is_sent2 & s2_sent.retx & in_range):
+            m.d.comb += wen.eq(_LANES_ID | _LANES_TS)
+        with m.Elif((s2_op == _OP_SACK) & nacked):
+            m.d.comb += wen.eq(_LANES_LA)
         age = Signal(32)
-        m.d.comb += age.eq(now - slot.send_ns)
-        extra = Signal(5)
-        m.d.comb += extra.eq(Mux(slot.retries >= s1_cfg.retry_count,
-                                 slot.retries - s1_cfg.retry_count + 1, 0))
-        texp = Signal(6)
-        m.d.comb += texp.eq(s1_cfg.ack_timeout_exp + extra)
-        # age >= 1024 << min(texp, MAX_TIMEOUT_EXP): a bit of age at 10 + min(texp, ...) or above
+        m.d.comb += age.eq(now - rd.send_ns)
+        m.d.sync += [s3_wd.eq(wd), s3_wen.eq(wen), s3_scan.eq((s2_op == _OP_SCAN) & nacked),
+                     s3_age.eq(age[10:]),
+                     s3_le.eq(Cat(_le_c(rd.texp, k) for k in range(MAX_TIMEOUT_EXP))),
+                     s3_infl_en.eq((is_sent2 & s2_new_ok) | newly_c),
+                     s3_delta.eq(Mux(is_sent2, s2_sent.length, -rd.length)),
+                     s3_newly.eq(newly_c), s3_len.eq(rd.length), s3_send.eq(rd.send_ns),
+                     s3_hit.eq(newly_c & (rd.ev == job.ack.ev)), s3_index.eq(rd.index),
+                     s3_ev.eq(rd.ev)]
+        m.d.comb += [cpl_f.w_en.eq((s2_op == _OP_CUM) & s2_qok & rd.msg_last),
+                     cpl_f.w_data.eq(Cat(s2_qp, s2_psn))]
+        with m.If((s2_op == _OP_TRIM) & nacked):
+            m.d.sync += [trim_v.eq(1), trim_idx.eq(rd.index)]
+
+        # ---- stage 3: write-back, bytes in flight, the ACK's accumulators, timeouts ------
+        q3 = s3_qp[:qb]
+        # age >= 1024 << texp (texp <= MAX_TIMEOUT_EXP): a bit of age at 10 + texp or above
         expired = Signal()
-        m.d.comb += expired.eq(Cat(age[10 + k] & _le_c(texp, k) if k < MAX_TIMEOUT_EXP
-                                   else age[10 + k] for k in range(22)).any())
-        m.d.comb += [cpl_f.w_data.eq(Cat(q1, s1_psn))]
+        m.d.comb += expired.eq((s3_age[:MAX_TIMEOUT_EXP] & s3_le).any()
+                               | s3_age[MAX_TIMEOUT_EXP:].any())
+        to_set = Signal()
+        m.d.comb += to_set.eq(s3_scan & expired & ~to_pending)
+        # a timeout: retries + 1 (saturating), texp + 1 once retries + 1 >= retry_count
+        # (capped at MAX_TIMEOUT_EXP)
+        r3 = s3_wd.retries
+        r_next = Signal(4)
+        m.d.comb += r_next.eq(Mux(r3 == 15, 15, r3 + 1))
+        e_up = Signal()
+        m.d.comb += e_up.eq((r3 != 15) & (s3_rc0 | _ge_v(r3, s3_rcm1))
+                            & _lt_c(s3_wd.texp, MAX_TIMEOUT_EXP))
+        # all write-port inputs come from registers: a timeout's write-back is one cycle
+        # later (S4); the operation behind a scan is always a bubble, so S3 never writes then
+        m.d.sync += [s4_tw.eq(to_set), s4_addr.eq(s3_addr),
+                     s4_rt.eq(Cat(r_next, Mux(e_up, s3_wd.texp + 1, s3_wd.texp)))]
+        sl_wd = Signal(_Slot)
+        m.d.comb += [sl_wd.eq(s3_wd), sl_wd.send_ns.eq(now), sl_w.data.eq(sl_wd)]
+        with m.If(s4_tw):
+            m.d.comb += [sl_wd.retries.eq(s4_rt[:4]), sl_wd.texp.eq(s4_rt[4:]),
+                         sl_w.addr.eq(s4_addr), sl_w.en.eq(_LANES_TS | _LANES_RT)]
+        with m.Else():
+            m.d.comb += [sl_w.addr.eq(s3_addr), sl_w.en.eq(s3_wen)]
+        with m.If(s3_infl_en):
+            m.d.sync += infl[q3].eq(infl[q3] + s3_delta)
+        with m.If(s3_newly):
+            m.d.sync += [newly.eq(newly + s3_len), last_send.eq(s3_send)]
+        with m.If(s3_hit):
+            m.d.sync += [hit_v.eq(1), hit_idx.eq(s3_index)]
+        s4_qp = Signal(3)
+        s4_psn = Signal(24)
+        s4_off = Signal(obits)
+        s4_index = Signal(8)
+        s4_ev = Signal(32)
+        m.d.sync += [s4_qp.eq(s3_qp), s4_psn.eq(s3_psn), s4_off.eq(s3_off), s4_index.eq(s3_index),
+                     s4_ev.eq(s3_ev)]
+        with m.If(s4_tw):
+            # the younger scan operations in flight (scans are two cycles apart) see
+            # to_pending and do nothing; the scan resumes after this PSN once the action is done
+            m.d.sync += [to_pending.eq(1), to_wait.eq(0), to.qp.eq(s4_qp), to.psn.eq(s4_psn),
+                         to.avoid_index.eq(s4_index), to_ev.eq(s4_ev),
+                         scan_q.eq(s4_qp[:len(scan_q)]), scan_off.eq(s4_off + 1),
+                         scan_psn.eq(s4_psn + 1)]
 
-        infl_add = Signal()
-        infl_sub = Signal()
-        infl_len = Signal(13)
-        m.d.comb += infl_len.eq(Mux(infl_add, s1_sent.length, slot_len))
-        with m.If(infl_add | infl_sub):
-            m.d.sync += infl[q1i].eq(infl[q1i] + Mux(infl_add, infl_len, -infl_len))
-
-        def newly_acked():
-            m.d.comb += infl_sub.eq(1)
-            m.d.sync += [newly.eq(newly + slot_len), last_send.eq(slot.send_ns)]
-            with m.If(slot.ev == job.ack.ev):
-                m.d.sync += [hit_v.eq(1), hit_idx.eq(slot.index)]
-
-        with m.Switch(s1_op):
-            with m.Case(_OP_SENT):
-                si = s1_sent
-                m.d.comb += ev_w.en.eq(_lt_c(q1, qps) & _lt_c(si.index, paths))
-                with m.If(~si.retx):
-                    with m.If(_lt_c(q1, qps) & qvalid[q1i] & (s1_psn == nxt[q1i])
-                              & ~outst[q1i][wbits]):
-                        m.d.comb += [sl_w.en.eq(_LANES_A | _LANES_B | _LANES_C),
-                                     sl_wd.length_lo.eq(si.length[:4]),
-                                     sl_wd.length_hi.eq(si.length[4:]),
-                                     sl_wd.msg_last.eq(si.msg_last), sl_wd.retries.eq(0),
-                                     infl_add.eq(1)]
-                        m.d.sync += [nxt[q1i].eq(nxt[q1i] + 1), outst[q1i].eq(outst[q1i] + 1)]
-                    with m.Else():
-                        inc(self.sent_dropped)
-                with m.Elif(in_range):
-                    m.d.comb += sl_w.en.eq(_LANES_A | _LANES_B)
-            with m.Case(_OP_CUM):
-                with m.If(in_range & (off1 == 0)):
-                    m.d.sync += [una[q1i].eq(s1_psn + 1), outst[q1i].eq(outst[q1i] - 1)]
-                    with m.If(~slot.acked):
-                        newly_acked()
-                    m.d.comb += cpl_f.w_en.eq(slot.msg_last)
-            with m.Case(_OP_SACK):
-                with m.If(in_range & ~slot.acked):
-                    m.d.comb += [sl_w.en.eq(_LANES_C), sl_wd.acked.eq(1)]
-                    newly_acked()
-            with m.Case(_OP_TRIM):
-                with m.If(in_range & ~slot.acked):
-                    m.d.sync += [trim_v.eq(1), trim_idx.eq(slot.index)]
-            with m.Case(_OP_SCAN):
-                with m.If(in_range & ~slot.acked & expired & to_pending):
-                    # the timeout action is busy: revisit this PSN next (scan stays in order)
-                    m.d.sync += [scan_q.eq(q1), scan_off.eq(off1)]
-                with m.If(in_range & ~slot.acked & expired & ~to_pending):
-                    m.d.comb += [sl_w.en.eq(_LANES_B),
-                                 sl_wd.retries.eq(Mux(slot.retries == 15, 15, slot.retries + 1))]
-                    m.d.sync += [to_pending.eq(1), to_wait.eq(0), to.qp.eq(q1), to.psn.eq(s1_psn),
-                                 to.avoid_index.eq(slot.index), to_ev.eq(slot.ev)]
-
-        # ---- one-hot of the timeout action's / the probe-reply search's entry --------
-        sel_idx = Signal(8)
-        sel_bit = onehot(sel_idx, "sel_bit")
-
-        # ---- timeout action (waits 2 cycles for the registered GOOD count) -------
-        with m.If(to_pending & (to_wait != 3)):
+        # ---- timeout action (waits 4 cycles: registered profile / GOOD-count tests) -------
+        t_idx = to.avoid_index
+        t_in_prof = Signal()
+        t_elig = Signal()
+        t_thr = Signal(10)
+        t_hold = Signal()
+        t_bit = Signal(paths)
+        m.d.sync += t_bit.eq(onehot(t_idx, "t_bit_c"))
+        m.d.sync += [t_in_prof.eq(bit_of(pmq[to.qp[:qb]], t_idx)),
+                     t_elig.eq(bit_of(self.eligible & ~bad, t_idx)),
+                     t_thr.eq(cfg[to.qp[:qb]].ev_min_active + t_in_prof),
+                     t_hold.eq(good_cnt < t_thr)]
+        with m.If(to_pending & (to_wait != 4)):
             m.d.sync += to_wait.eq(to_wait + 1)
-        with m.If(to_pending & to_wait[1] & ~srch_busy & retx_f.w_rdy):
-            idx = to.avoid_index
-            m.d.comb += [retx_push.eq(1), retx_data.eq(to), sel_idx.eq(idx)]
+        with m.If(to_pending & (to_wait == 4) & ~srch_busy & retx_room):
+            m.d.comb += [retx_push.eq(1), retx_data.eq(to)]
             m.d.sync += to_pending.eq(0)
             inc(self.timeouts)
-            stat(idx, EvCounterKind.TIMEOUT)
-            in_prof = (sel_bit & pmask).any()
-            with m.If((sel_bit & self.eligible & ~bad).any()):
-                m.d.comb += [event_push.eq(1), event_fields.index.eq(idx),
+            stat(t_idx, EvCounterKind.TIMEOUT)
+            with m.If(t_elig):
+                m.d.comb += [event_push.eq(1), event_fields.index.eq(t_idx),
                              event_fields.ev.eq(to_ev)]
-                with m.If(good_cnt < cfg[to.qp[:qb]].ev_min_active + in_prof):
+                with m.If(t_hold):
                     m.d.comb += [event_fields.state.eq(EvState.GOOD),
                                  event_fields.reason.eq(EvEventReason.MIN_ACTIVE)]
                     inc(self.min_active_holds)
                 with m.Else():
                     m.d.comb += [event_fields.state.eq(EvState.ASSUMED_BAD),
                                  event_fields.reason.eq(EvEventReason.ACK_TIMEOUT),
-                                 bad_set.eq(sel_bit)]
-                    m.d.sync += [self.st_en.eq(1), self.st_addr.eq(idx),
+                                 bad_set.eq(t_bit)]
+                    m.d.sync += [self.st_en.eq(1), self.st_addr.eq(t_idx),
                                  self.st_state.eq(EvState.ASSUMED_BAD)]
 
         # ---- ECN avoidance slots: entry, expiry cycle, expired flag ------------------
@@ -727,115 +924,145 @@ class SenderReliability(wiring.Component):
         avb = Signal(paths)                    # entries avoided (one per valid slot)
         avb_set = Signal(paths)
         avb_clr = Signal(paths)
-        av_set_p = Signal(AVOID_SLOTS)
-        av_clr_v = Signal(AVOID_SLOTS)
+        av_arm = Signal(AVOID_SLOTS)           # (re)armed this cycle
+        av_end = Signal(AVOID_SLOTS)           # ended by a clean ACK
         m.d.sync += [avb.eq((avb & ~avb_clr) | avb_set), self.avoid.eq(avb)]
-        for i in range(AVOID_SLOTS):
-            with m.If(av_v[i] & (cyc_next == av_x[i])):
-                m.d.comb += av_set_p[i].eq(1)
-        # clear one expired slot per cycle (lowest first)
+        av_exp = Signal(AVOID_SLOTS)
+        m.d.comb += av_exp.eq(Cat(av_v[i] & (cyc == av_x[i]) for i in range(AVOID_SLOTS)))
+        # release one expired slot per cycle (lowest first): its entry bit falls a cycle later
+        av_pick = Signal(AVOID_SLOTS)
+        m.d.comb += av_pick.eq(av_p & -av_p)
         exp_i = Signal(range(AVOID_SLOTS))
         for i in reversed(range(AVOID_SLOTS)):
             with m.If(av_p[i]):
                 m.d.comb += exp_i.eq(i)
+        exp_v = Signal()
+        exp_s = Signal(range(AVOID_SLOTS))
         exp_idx = Signal(8)
-        m.d.comb += exp_idx.eq(Array(av_i)[exp_i])
+        m.d.sync += [exp_v.eq(av_p.any()), exp_s.eq(exp_i), exp_idx.eq(Array(av_i)[exp_i])]
         exp_bit = onehot(exp_idx, "exp_bit")
-        with m.If(av_p.any()):
-            m.d.comb += [avb_clr.eq(exp_bit), av_clr_v.eq(1 << exp_i)]
-        av_hit = Signal(AVOID_SLOTS)
-        m.d.comb += av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx) for i in range(AVOID_SLOTS)))
-        av_free = Signal(range(AVOID_SLOTS + 1))
-        m.d.comb += av_free.eq(AVOID_SLOTS)
-        for i in reversed(range(AVOID_SLOTS)):
-            with m.If(~av_v[i]):
-                m.d.comb += av_free.eq(i)
-        av_arm = Signal(AVOID_SLOTS)           # (re)armed this cycle
-        av_end = Signal(AVOID_SLOTS)           # ended by a clean ACK
-        hold = Signal(24)
-        m.d.sync += [av_v.eq((av_v & ~av_clr_v & ~av_end) | av_arm),
-                     av_p.eq(((av_p | av_set_p) & ~av_clr_v & ~av_end & ~av_arm)
-                             | Mux(hold == 1, av_arm, 0))]
+        hold_m2 = Signal(24)                   # ecn_hold - 2 (expiry compare is 2 cycles early)
+        hold_le2 = Signal()
+        hold_nz = Signal()
+        m.d.sync += [av_v.eq((av_v & ~av_pick & ~av_end) | av_arm),
+                     av_p.eq(((av_p | av_exp) & ~av_pick & ~av_end & ~av_arm)
+                             | Mux(hold_le2, av_arm, 0))]
         for i in range(AVOID_SLOTS):
             with m.If(av_arm[i]):
-                # the entry's bit falls ecn_hold cycles after it rose
-                m.d.sync += av_x[i].eq(cyc + hold)
+                m.d.sync += av_x[i].eq(cyc + hold_m2)
 
         # ---- finish the ACK ------------------------------------------------------
-        need_upd = (newly != 0) | f_trim
+        need_upd = Signal()
+        others = Signal()
+        av_hit = Signal(AVOID_SLOTS)
+        av_free = Signal(range(AVOID_SLOTS))
+        av_full = Signal()
+        hit_bit = Signal(paths)
+        fcfg = cfg[job_qp[:qb]]
+        with m.If(ackjob.ongoing("FIN0")):
+            hb = onehot(hit_idx, "hit_bit_c")
+            free = Signal(range(AVOID_SLOTS))
+            for i in reversed(range(AVOID_SLOTS)):
+                with m.If(~av_v[i]):
+                    m.d.comb += free.eq(i)
+            m.d.sync += [need_upd.eq((newly != 0) | f_trim), hit_bit.eq(hb),
+                         av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx)
+                                       for i in range(AVOID_SLOTS))),
+                         av_free.eq(free), av_full.eq(av_v.all()),
+                         hold_m2.eq(fcfg.ecn_hold - 2), hold_le2.eq(_le_c(fcfg.ecn_hold, 2)),
+                         hold_nz.eq(fcfg.ecn_hold != 0)]
+        with m.If(ackjob.ongoing("FIN1")):
+            m.d.sync += others.eq((good_r & ~avb & ~hit_bit).any())
+        # an entry released a cycle ago keeps its bit when its slot was re-armed since
+        exp_clr = Signal(paths)
+        m.d.comb += exp_clr.eq(Mux(exp_v & ~Array(av_v)[exp_s], exp_bit, 0))
+        m.d.comb += avb_clr.eq(exp_clr)
         upd = nscc.upd
         m.d.comb += [upd.payload.qp.eq(job_qp), upd.payload.acked.eq(newly),
                      upd.payload.rtt_ns.eq(now - last_send),
                      upd.payload.ecn.eq(f_ecn), upd.payload.trim.eq(f_trim)]
         m.d.comb += fin_go.eq(ackjob.ongoing("FINISH") & ~to_pending
-                              & (upd.ready | ~need_upd) & (retx_f.w_rdy | ~trim_v))
-        hit_bit = onehot(hit_idx, "hit_bit")
-        fcfg = cfg[job_qp[:qb]]
-        m.d.comb += hold.eq(fcfg.ecn_hold)
-        with m.If(fin_go):
-            m.d.comb += upd.valid.eq(need_upd)
+                              & (upd.ready | ~need_upd) & (retx_room | ~trim_v))
+        m.d.comb += upd.valid.eq(fin_go & need_upd)
+        # the finish cycle only hands the update to NSCC; its other actions happen one cycle
+        # later (fin_r), from flags registered while FINISH waits (their inputs are stable then)
+        fin_r = Signal()
+        arm_hit = Signal()
+        arm_new = Signal()
+        clean_hit = Signal()
+        m.d.sync += [fin_r.eq(fin_go),
+                     arm_hit.eq(f_ecn & hit_v & hold_nz & av_hit.any()),
+                     arm_new.eq(f_ecn & hit_v & hold_nz & ~av_hit.any() & others & ~av_full),
+                     clean_hit.eq(~f_ecn & ~f_trim & ~f_probe & hit_v)]
+        with m.If(fin_r):
             with m.If(trim_v):
                 m.d.comb += [retx_push.eq(1), retx_data.qp.eq(job_qp),
                              retx_data.psn.eq(job.ack.base_psn), retx_data.avoid_index.eq(trim_idx)]
             inc(self.trim_nacks, f_trim)
             inc(self.probe_replies, f_probe)
+            inc(self.ecn_echoes, f_ecn)
+            inc(self.clean_acks, ~f_ecn & ~f_trim & ~f_probe)
             with m.If(trim_v):
                 stat(trim_idx, EvCounterKind.TRIM)
             with m.Elif(hit_v & f_ecn):
                 stat(hit_idx, EvCounterKind.ECN_ECHO)
             with m.Elif(hit_v & ~f_trim & ~f_probe):
                 stat(hit_idx, EvCounterKind.CLEAN_ACK)
-            with m.If(f_ecn):
-                inc(self.ecn_echoes)
-                others = (good & ~avb & ~hit_bit).any()
-                with m.If(hit_v & (hold != 0)):
-                    with m.If(av_hit.any()):
-                        m.d.comb += [av_arm.eq(av_hit), avb_set.eq(hit_bit)]
-                    with m.Elif(others & (av_free != AVOID_SLOTS)):
-                        m.d.comb += [av_arm.eq(1 << av_free), avb_set.eq(hit_bit)]
-                        for i in range(AVOID_SLOTS):
-                            with m.If(av_free == i):
-                                m.d.sync += av_i[i].eq(hit_idx)
-            with m.Elif(~f_trim & ~f_probe):
-                inc(self.clean_acks)
-                with m.If(hit_v):
-                    m.d.comb += [av_end.eq(av_hit), avb_clr.eq(hit_bit | Mux(av_p.any(), exp_bit, 0))]
-                    m.d.comb += [rc_f.w_en.eq(1), rc_f.w_data.eq(hit_idx)]
+            with m.If(arm_hit):
+                m.d.comb += [av_arm.eq(av_hit), avb_set.eq(hit_bit)]
+            with m.If(arm_new):
+                m.d.comb += [av_arm.eq(1 << av_free), avb_set.eq(hit_bit)]
+                for i in range(AVOID_SLOTS):
+                    with m.If(av_free == i):
+                        m.d.sync += av_i[i].eq(hit_idx)
+            with m.If(clean_hit):
+                m.d.comb += [av_end.eq(av_hit), avb_clr.eq(hit_bit | exp_clr),
+                             rc_f.w_en.eq(1), rc_f.w_data.eq(hit_idx)]
 
         # ---- probe reply: search the profile for the echoed EV --------------------
-        srch_i = Signal(9)
-        srch_v = Signal()
+        # address -> EV table -> registered (EV xor echoed EV) -> compare (three stages; the xor
+        # keeps the register out of the block RAM, see rd above)
         srch_idx = Signal(9)
-        scfg = cfg[job_qp[:qb]]
-        s_idx = Signal(10)
-        m.d.comb += [s_idx.eq(scfg.profile_base + srch_i), ev_r.addr.eq(s_idx)]
+        srch_left = Signal(9)
+        srch_va = Signal()
+        srch_vb = Signal()
+        srch_ia = Signal(8)
+        srch_ib = Signal(8)
+        srch_x = Signal(32)
+        srch_vc = Signal()                 # entry srch_ic matches and is marked ASSUMED_BAD
+        srch_ic = Signal(8)
+        srch_cbit = Signal(paths)
+        m.d.comb += ev_r.addr.eq(srch_idx)
+        m.d.sync += [srch_vb.eq(srch_va), srch_ib.eq(srch_ia), srch_x.eq(ev_r.data ^ job.ack.ev),
+                     srch_vc.eq(srch_busy & srch_vb & (srch_x == 0) & bit_of(bad, srch_ib)),
+                     srch_ic.eq(srch_ib), srch_cbit.eq(onehot(srch_ib, "srch_bit"))]
         srch_clr = Signal(paths)
         with m.If(fin_go):
-            m.d.sync += [srch_i.eq(0), srch_v.eq(0)]
+            m.d.sync += [srch_idx.eq(fcfg.profile_base), srch_left.eq(fcfg.profile_count),
+                         srch_va.eq(0)]
         with m.If(srch_busy):
-            more = (srch_i < scfg.profile_count) & _lt_c(s_idx, paths)
-            m.d.sync += [srch_v.eq(more), srch_idx.eq(s_idx)]
+            more = (srch_left != 0) & _lt_c(srch_idx, paths)
+            m.d.sync += [srch_va.eq(more), srch_ia.eq(srch_idx)]
             with m.If(more):
-                m.d.sync += srch_i.eq(srch_i + 1)
-            m.d.comb += [srch_done.eq(~more & ~srch_v), sel_idx.eq(srch_idx)]
-            with m.If(srch_v & (ev_r.data == job.ack.ev) & (sel_bit & bad).any()):
-                m.d.comb += [event_push.eq(1), event_fields.index.eq(srch_idx),
-                             event_fields.ev.eq(job.ack.ev),
-                             event_fields.state.eq(EvState.GOOD),
-                             event_fields.reason.eq(EvEventReason.PROBE_OK),
-                             event_fields.rtt_ns.eq(now - job.ack.ts),
-                             srch_clr.eq(sel_bit)]
-                m.d.sync += [self.st_en.eq(1), self.st_addr.eq(srch_idx),
-                             self.st_state.eq(EvState.GOOD)]
+                m.d.sync += [srch_idx.eq(srch_idx + 1), srch_left.eq(srch_left - 1)]
+            m.d.comb += srch_done.eq(~more & ~srch_va & ~srch_vb & ~srch_vc)
+        # (srch_vc implies SEARCH)
+        with m.If(srch_vc):
+            m.d.comb += [event_push.eq(1), event_fields.index.eq(srch_ic),
+                         event_fields.ev.eq(job.ack.ev),
+                         event_fields.state.eq(EvState.GOOD),
+                         event_fields.reason.eq(EvEventReason.PROBE_OK),
+                         event_fields.rtt_ns.eq(now - job.ack.ts),
+                         srch_clr.eq(srch_cbit)]
+            m.d.sync += [self.st_en.eq(1), self.st_addr.eq(srch_ic),
+                         self.st_state.eq(EvState.GOOD)]
 
         # ---- probes -----------------------------------------------------------
         pr_due = Signal(qps)
         pr_timer = Array(Signal(24, name=f"pr_timer{i}") for i in range(qps))
         pr_q = Signal(range(qps))
-        pr_i = Signal(9)
-        pcfg = cfg[pr_q]
-        p_idx = Signal(10)
-        m.d.comb += p_idx.eq(pcfg.profile_base + pr_i)
+        pr_left = Signal(9)
+        p_idx = Signal(9)
         with m.If(self.probe.ready):
             m.d.sync += self.probe.valid.eq(0)
         can = ~self.probe.valid | self.probe.ready
@@ -844,14 +1071,15 @@ class SenderReliability(wiring.Component):
             with m.State("IDLE"):
                 for i in reversed(range(qps)):
                     with m.If(pr_due[i]):
-                        m.d.sync += [pr_q.eq(i), pr_i.eq(0)]
+                        m.d.sync += [pr_q.eq(i), p_idx.eq(cfg[i].profile_base),
+                                     pr_left.eq(cfg[i].profile_count)]
                         m.d.comb += pr_clear.eq(1 << i)
                         m.next = "SWEEP"
             with m.State("SWEEP"):
-                with m.If((pr_i >= pcfg.profile_count) | _ge_c(p_idx, paths)):
+                with m.If((pr_left == 0) | _ge_c(p_idx, paths)):
                     m.next = "IDLE"
                 with m.Elif(can):
-                    m.d.sync += pr_i.eq(pr_i + 1)
+                    m.d.sync += [p_idx.eq(p_idx + 1), pr_left.eq(pr_left - 1)]
                     with m.If(bad.bit_select(p_idx[:ibits], 1)):
                         m.d.sync += [self.probe.valid.eq(1), self.probe.payload.qp.eq(pr_q),
                                      self.probe.payload.index.eq(p_idx),
@@ -867,16 +1095,31 @@ class SenderReliability(wiring.Component):
                     m.d.sync += pr_timer[i].eq(pr_timer[i] - 1)
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
-        # ---- configuration write (wins over everything above) ------------------------
-        w_ok = self.cfg_w_en & _lt_c(self.cfg_w_addr, qps)
-        wd = self.cfg_w_data
-        wmask = _profile_mask(m, paths, wd.profile_base, wd.profile_count, "wmask")
+        # ---- configuration write (registered; wins over everything above) --------------
+        # cycle 1: the write is registered (with base + count); cycle 2: the QP's state is
+        # reset and the profile mask computed; cycle 3: mask stored, ASSUMED_BAD marks cleared
+        wa_ok = Signal()
+        wa_addr = Signal(qb)
+        wa_data = Signal(RelQpParams)
+        wa_end = Signal(10)
+        wd_c = self.cfg_w_data
+        m.d.sync += [wa_ok.eq(self.cfg_w_en & _lt_c(self.cfg_w_addr, qps)),
+                     wa_addr.eq(self.cfg_w_addr[:qb]),
+                     wa_data.eq(wd_c.as_value()[:RelQpParams.as_shape().size]),
+                     wa_end.eq(wd_c.profile_base + wd_c.profile_count)]
+        wb_ok = Signal()
+        wb_addr = Signal(qb)
+        wb_mask = Signal(paths)
+        m.d.sync += [wb_ok.eq(wa_ok), wb_addr.eq(wa_addr),
+                     wb_mask.eq(Cat(_le_c(wa_data.profile_base, i) & _gt_c(wa_end, i)
+                                    for i in range(paths)))]
         ctl_clr = Mux(self.ctl_st_en, onehot(self.ctl_st_addr, "ctl_bit"), 0)
-        m.d.comb += bad_clr.eq(srch_clr | Mux(w_ok, wmask, 0) | ctl_clr)
-        with m.If(w_ok):
-            a = self.cfg_w_addr[:qb]
-            m.d.sync += [cfg[a].eq(wd.as_value()[:RelQpParams.as_shape().size]),
-                         pmq[a].eq(wmask), qvalid[a].eq(1), una[a].eq(wd.start_psn),
-                         nxt[a].eq(wd.start_psn), outst[a].eq(0), infl[a].eq(0),
-                         pr_timer[a].eq(wd.probe_interval)]
+        m.d.comb += bad_clr.eq(srch_clr | Mux(wb_ok, wb_mask, 0) | ctl_clr)
+        with m.If(wa_ok):
+            a = wa_addr
+            m.d.sync += [cfg[a].eq(wa_data), qvalid[a].eq(1), una[a].eq(wa_data.start_psn),
+                         nxt[a].eq(wa_data.start_psn), outst[a].eq(0), infl[a].eq(0),
+                         pr_timer[a].eq(wa_data.probe_interval)]
+        with m.If(wb_ok):
+            m.d.sync += pmq[wb_addr].eq(wb_mask)
         return m

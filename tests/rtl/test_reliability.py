@@ -14,7 +14,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from mrcnic import wire
 from mrcnic.rtl.layouts import (Completion, EvEvent, EvEventReason, EvState, ProbeReq, RetxReq,
                                 RxKind, RxPacket, SentInfo)
-from mrcnic.rtl.nscc import NSCC_DEFAULTS
+from mrcnic.rtl.nscc import NSCC_DEFAULTS, UPDATE_CYCLES
 from mrcnic.rtl.reliability import RelQpConfig, SenderReliability
 from mrcnic.sim.rtlsim import run_rtl
 from mrcnic.sim.tb import StreamSource, pack, start, unpack
@@ -181,7 +181,7 @@ async def run_trim_nack(dut):
     assert int(dut.tx_ok.value) & 1                      # 4000 B in flight < 4096
     tb.send(104, 0)
     tb.send(102, 9, retx=1)                               # the retransmission: no extra bytes
-    await tb.idle(5)
+    await tb.idle(8)                                      # recorded and tx_ok registered
     assert tb.word("inflight", 0) == 5000
     assert not int(dut.tx_ok.value) & 1                   # 5000 B >= cwnd
     tb.send_ack(104, ev=EV(0))
@@ -215,7 +215,7 @@ async def run_timeout_probe(dut):
     # 1.024 us = 128 cycles; retry 1 at the fixed timeout, then 2x, 4x (retry_count 1)
     gaps = [stamps[0] - t_sent, stamps[1] - stamps[0], stamps[2] - stamps[1]]
     for gap, want in zip(gaps, (128, 256, 512)):
-        assert want <= gap <= want + 20, gaps
+        assert want <= gap <= want + 24, gaps          # + scan pass, pipeline, action wait
     assert [r["avoid_index"] for r in tb.items("retx")] == [1, 3, 4]
     assert all(r["psn"] == 101 for r in tb.items("retx"))
     assert [(a, s) for _, a, s in tb.st] == [(i, EvState.ASSUMED_BAD) for i in (1, 3, 4)]
@@ -303,7 +303,7 @@ async def run_ecn_avoid(dut):
     tb.send(2, 2)
     await tb.idle(100)                                  # RTT 800 ns: delay above target
     tb.send_ack(1, ev=EV(2), flags=wire.SACK_ECN_ECHO)
-    await tb.idle(20)
+    await tb.idle(20 + UPDATE_CYCLES)                   # the NSCC update has been applied
     assert int(dut.avoid.value) == 1 << 2
     assert tb.word("cwnd", 0) == 8192                 # ECN with a high delay: halved (md 0.5)
     tb.send_ack(2, ev=EV(2))
@@ -317,6 +317,57 @@ async def run_ecn_avoid(dut):
     await tb.idle(20)
     assert int(dut.avoid.value) == 0
     assert tb.count("ecn_echoes") == 3 and tb.count("clean_acks") == 1
+
+
+@cocotb.test()
+async def run_hazards(dut):
+    """Back-to-back operations on one slot: an ACK or a timeout scan right behind a SentInfo."""
+    tb = TB(dut)
+    await tb.start()
+    await tb.configure(0, start_psn=0)
+    # a first pass over QP 0's 64 slots leaves each one acknowledged by a SACK
+    for i in range(64):
+        tb.send(i, i % 8, length=100)
+    await tb.idle(5)
+    tb.send_ack(0xFFFFFF, ev=EV(0), base=0, bitmap=(1 << 64) - 1)
+    tb.send_ack(63, ev=EV(7))
+    await tb.idle()
+    assert tb.word("inflight", 0) == 0 and tb.count("sent_dropped") == 0
+    # each new PSN reuses such a slot and is acknowledged while its SentInfo is still being
+    # recorded (several offsets: some ACKs come too early and are ignored); a stale "acked"
+    # would keep its bytes in flight for ever
+    for k in range(8):
+        psn = 64 + k
+        tb.send(psn, k, length=100, last=1)
+        await ClockCycles(dut.clk, k)
+        tb.send_ack(psn, ev=EV(k))
+        await tb.idle(10)
+    tb.send_ack(71, ev=EV(7))
+    await tb.idle()
+    assert tb.items("send_cpl") == [{"qp": 0, "psn": p, "has_imm": 0, "imm": 0}
+                                    for p in range(64, 72)]
+    assert tb.word("inflight", 0) == 0
+    # QP 1's never-written slots hold send time 0: a scan that read one before its SentInfo
+    # landed would see a PSN sent 3 us ago and time it out at once (timeout 1.024 us); one
+    # PSN at a time, at 16 phases against the scan, each acknowledged well before 1.024 us
+    await tb.configure(1, start_psn=0, profile_base=8, ack_timeout_exp=0, retry_count=4)
+    while tb.cycle < 400:
+        await RisingEdge(dut.clk)
+    for k in range(16):
+        await ClockCycles(dut.clk, k % 8)
+        tb.send(k, 8 + k % 4, qp=1, length=100)
+        await ClockCycles(dut.clk, 20)
+        tb.send_ack(k, qp=1, ev=EV(8 + k % 4))
+        await tb.idle(20)
+    assert tb.count("timeouts") == 0 and not tb.out["retx"]
+    assert tb.word("inflight", 1) == 0
+    # a PSN left unacknowledged still times out (after 128 cycles)
+    t0 = tb.cycle
+    tb.send(16, 8, qp=1, length=100)
+    while not tb.out["retx"] and tb.cycle < t0 + 300:
+        await RisingEdge(dut.clk)
+    assert tb.items("retx") == [{"qp": 1, "psn": 16, "avoid_index": 8}]
+    assert tb.out["retx"][0][0] >= t0 + 128
 
 
 def test_reliability(tmp_path):
