@@ -223,14 +223,17 @@ class AxilSplit(wiring.Component):
         s, m0, m1 = self.s_axil, self.m0_axil, self.m1_axil
         w_hold, w_sel = Signal(), Signal()
         r_hold, r_sel = Signal(), Signal()
-        w_now = Mux(w_hold, w_sel, s.awaddr >= BOARD_BASE)
-        r_now = Mux(r_hold, r_sel, s.araddr >= BOARD_BASE)
+        hi = BOARD_BASE.bit_length() - 1                # BOARD_BASE is a power of two:
+        aw_hi = s.awaddr[hi:].any()                     # address >= BOARD_BASE
+        ar_hi = s.araddr[hi:].any()
+        w_now = Mux(w_hold, w_sel, aw_hi)
+        r_now = Mux(r_hold, r_sel, ar_hi)
         with m.If(s.awvalid & ~w_hold):
-            m.d.sync += [w_hold.eq(1), w_sel.eq(s.awaddr >= BOARD_BASE)]
+            m.d.sync += [w_hold.eq(1), w_sel.eq(aw_hi)]
         with m.If(s.bvalid & s.bready):
             m.d.sync += w_hold.eq(0)
         with m.If(s.arvalid & ~r_hold):
-            m.d.sync += [r_hold.eq(1), r_sel.eq(s.araddr >= BOARD_BASE)]
+            m.d.sync += [r_hold.eq(1), r_sel.eq(ar_hi)]
         with m.If(s.rvalid & s.rready):
             m.d.sync += r_hold.eq(0)
         for i, sub in enumerate((m0, m1)):
@@ -263,9 +266,11 @@ class BoardRegs(wiring.Component):
     ----------
     s_axil : In(Axi4LiteSignature(16, 32))
         Offsets ``0x0800..0x08FF`` (registers) and ``0x8000..`` (host memory, 32-bit
-        words).  Unknown offsets answer SLVERR.  One transaction at a time; AW and W
-        are taken together; ``bvalid``/``rvalid`` follow 1-2 cycles later (host
-        memory: when the window access is done).
+        words).  Unknown offsets answer SLVERR (reads: data 0).  One transaction at a
+        time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 4
+        cycles later (the address is registered, then decoded; a read runs through a
+        two-stage multiplexer); host memory: the cycle after the window access is
+        done.
     m_wr : Out(stream.Signature(WorkRequest))
         ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
     s_cpl : In(stream.Signature(Completion))
@@ -296,8 +301,9 @@ class BoardRegs(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         s = self.s_axil
-        m.submodules.cpl_fifo = cf = fifo.SyncFIFOBuffered(width=Completion.as_shape().size,
-                                                           depth=16)
+        # the completion FIFO: distributed RAM, read asynchronously (the read data is
+        # registered into ``rdata``)
+        m.submodules.cpl_fifo = cf = fifo.SyncFIFO(width=Completion.as_shape().size, depth=16)
         m.d.comb += [cf.w_data.eq(self.s_cpl.payload.as_value()), cf.w_en.eq(self.s_cpl.valid),
                      self.s_cpl.ready.eq(cf.w_rdy)]
         wr_words = Signal(data.ArrayLayout(32, 7))
@@ -305,74 +311,102 @@ class BoardRegs(wiring.Component):
         with m.If(self.m_wr.valid & self.m_wr.ready):
             m.d.sync += self.m_wr.valid.eq(0)
 
-        is_mem_w = s.awaddr >= HOSTMEM_BASE
-        is_mem_r = s.araddr >= HOSTMEM_BASE
-        mem_w_idx = (s.awaddr - HOSTMEM_BASE)[2:]
-        mem_r_idx = (s.araddr - HOSTMEM_BASE)[2:]
+        # the register words (index: (offset - BOARD_BASE) / 4); not listed: SLVERR
+        regs = {
+            0x800: Const(0x42524431, 32),
+            0x804: Cat(self.status, Const(0, 5), self.m_wr.valid, Const(0, 7), cf.level),
+            0x80C: Const(self.hostmem_words, 32),
+            0x830: Mux(cf.r_rdy, cf.r_data[:32], 0),
+            0x834: Mux(cf.r_rdy, Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data) - 1), cf.r_rdy), 0),
+        }
+        for i in range(14):
+            regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
+        for i in range(5):
+            regs[0x880 + 4 * i] = self.nic_stats[i]
+        words = {(off - BOARD_BASE) >> 2: value for off, value in regs.items()}
+
+        # one transaction at a time: its address (AW or AR) is registered and decoded in
+        # the next cycle; a register read then runs through a two-stage AND-OR multiplexer
+        addr = Signal(16)
+        word = addr[2:8]                                 # register word in the window
+        in_win = addr[8:12] == (BOARD_BASE >> 8)         # (bits 15:12 ignored, as below 0x8000)
+        is_mem = addr[15]                                # >= HOSTMEM_BASE (0x8000)
+        mem_idx = addr[2:15]
+        mem_ok = mem_idx < self.hostmem_words
+        # WR_DATA0..6 read back from a distributed-RAM copy (cheaper than a multiplexer over
+        # the work-request flip-flops), at its word index
+        wr_first = (0x810 - BOARD_BASE) >> 2
+        m.submodules.wr_shadow = shadow = Memory(shape=32, depth=16, init=[])
+        sh_w = shadow.write_port()
+        sh_r = shadow.read_port(domain="comb")
+        m.d.comb += [sh_w.addr.eq(word[:4]), sh_w.data.eq(self.win_wdata), sh_r.addr.eq(word[:4])]
+        sel = {w: Signal(name=f"rd_sel{w}") for w in words}     # one-hot register select
+        sel_wr = Signal()
+        groups = {0: [(sel_wr, sh_r.data)]}
+        for w, value in words.items():
+            groups.setdefault(w >> 3, []).append((sel[w], value))
+        grp = {g: Signal(32, name=f"rd_grp{g}") for g in groups}
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(s.awvalid & s.wvalid):
                     m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
-                    m.d.sync += s.bresp.eq(OKAY)
-                    with m.If(is_mem_w):
-                        with m.If(mem_w_idx < self.hostmem_words):
-                            m.d.sync += [self.win_addr.eq(mem_w_idx), self.win_wdata.eq(s.wdata),
-                                         self.win_we.eq(1)]
-                            m.next = "MEM"
-                        with m.Else():
-                            m.d.sync += [s.bresp.eq(SLVERR), s.bvalid.eq(1)]
-                            m.next = "B"
-                    with m.Else():
-                        m.d.sync += s.bvalid.eq(1)
-                        m.next = "B"
-                        with m.Switch(s.awaddr[2:12]):
-                            with m.Case(0x808 >> 2):
-                                with m.If(self.m_wr.valid):
-                                    m.d.sync += s.bresp.eq(SLVERR)   # previous one not taken
-                                with m.Else():
-                                    m.d.sync += self.m_wr.valid.eq(1)
-                            for i in range(7):
-                                with m.Case((0x810 >> 2) + i):
-                                    m.d.sync += wr_words[i].eq(s.wdata)
-                            with m.Default():
-                                m.d.sync += s.bresp.eq(SLVERR)
+                    m.d.sync += [addr.eq(s.awaddr), self.win_wdata.eq(s.wdata)]
+                    m.next = "WDEC"
                 with m.Elif(s.arvalid):
                     m.d.comb += s.arready.eq(1)
-                    m.d.sync += [s.rresp.eq(OKAY), s.rdata.eq(0)]
-                    with m.If(is_mem_r):
-                        with m.If(mem_r_idx < self.hostmem_words):
-                            m.d.sync += [self.win_addr.eq(mem_r_idx), self.win_re.eq(1)]
-                            m.next = "MEM"
-                        with m.Else():
-                            m.d.sync += [s.rresp.eq(SLVERR), s.rvalid.eq(1)]
-                            m.next = "R"
+                    m.d.sync += addr.eq(s.araddr)
+                    m.next = "RDEC"
+            with m.State("WDEC"):
+                m.d.sync += s.bresp.eq(OKAY)
+                with m.If(is_mem):
+                    with m.If(mem_ok):
+                        m.d.sync += [self.win_addr.eq(mem_idx), self.win_we.eq(1)]
+                        m.next = "MEM"
                     with m.Else():
-                        m.d.sync += s.rvalid.eq(1)
-                        m.next = "R"
-                        regs = {
-                            0x800: Const(0x42524431, 32),
-                            0x804: Cat(self.status, Const(0, 5), self.m_wr.valid, Const(0, 7),
-                                       cf.level),
-                            0x80C: Const(self.hostmem_words, 32),
-                            0x830: Mux(cf.r_rdy, cf.r_data[:32], 0),
-                            0x834: Mux(cf.r_rdy, Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data)
-                                                                       - 1), cf.r_rdy), 0),
-                        }
+                        m.d.sync += [s.bresp.eq(SLVERR), s.bvalid.eq(1)]
+                        m.next = "B"
+                with m.Else():
+                    m.d.sync += s.bvalid.eq(1)
+                    m.next = "B"
+                    with m.If(~in_win):
+                        m.d.sync += s.bresp.eq(SLVERR)
+                    with m.Else(), m.Switch(word):
+                        with m.Case((0x808 - BOARD_BASE) >> 2):
+                            with m.If(self.m_wr.valid):
+                                m.d.sync += s.bresp.eq(SLVERR)   # previous one not taken
+                            with m.Else():
+                                m.d.sync += self.m_wr.valid.eq(1)
                         for i in range(7):
-                            regs[0x810 + 4 * i] = wr_words[i]
-                        for i in range(14):
-                            regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
-                        for i in range(5):
-                            regs[0x880 + 4 * i] = self.nic_stats[i]
-                        with m.Switch(s.araddr[2:12]):
-                            for off, value in regs.items():
-                                with m.Case(off >> 2):
-                                    m.d.sync += s.rdata.eq(value)
-                                    if off == 0x834:
-                                        m.d.comb += cf.r_en.eq(1)
-                            with m.Default():
-                                m.d.sync += s.rresp.eq(SLVERR)
-                    m.d.sync += self.win_addr.eq(mem_r_idx)
+                            with m.Case(wr_first + i):
+                                m.d.sync += wr_words[i].eq(self.win_wdata)
+                                m.d.comb += sh_w.en.eq(1)
+                        with m.Default():
+                            m.d.sync += s.bresp.eq(SLVERR)
+            with m.State("RDEC"):
+                m.d.sync += [s.rresp.eq(OKAY), s.rdata.eq(0)]
+                with m.If(is_mem):
+                    with m.If(mem_ok):
+                        m.d.sync += [self.win_addr.eq(mem_idx), self.win_re.eq(1)]
+                        m.next = "MEM"
+                    with m.Else():
+                        m.d.sync += [s.rresp.eq(SLVERR), s.rvalid.eq(1)]
+                        m.next = "R"
+                with m.Else():
+                    m.d.sync += [sel[w].eq(in_win & (word == w)) for w in words]
+                    m.d.sync += sel_wr.eq(in_win & (word >= wr_first) & (word < wr_first + 7))
+                    m.next = "RD1"
+            with m.State("RD1"):
+                # an AND-OR multiplexer (two data bits per LUT), in two stages: each group
+                # of 8 words, then the groups; an unknown offset selects nothing (0)
+                m.d.sync += [grp[g].eq(_and_or(cases)) for g, cases in groups.items()]
+                m.d.comb += cf.r_en.eq(sel[(0x834 - BOARD_BASE) >> 2])   # CPL_DATA1 pops
+                m.next = "RD2"
+            with m.State("RD2"):
+                m.d.sync += s.rdata.eq(_and_or([(1, v) for v in grp.values()]))
+                with m.If(~Cat(sel_wr, *sel.values()).any()):
+                    m.d.sync += s.rresp.eq(SLVERR)
+                m.d.sync += s.rvalid.eq(1)
+                m.next = "R"
             with m.State("MEM"):
                 with m.If(self.win_done):
                     m.d.sync += [self.win_we.eq(0), self.win_re.eq(0)]
@@ -391,6 +425,14 @@ class BoardRegs(wiring.Component):
                     m.d.sync += s.rvalid.eq(0)
                     m.next = "IDLE"
         return m
+
+
+def _and_or(cases):
+    """OR of ``value`` over the ``(select, value)`` pairs whose select is set (one-hot)."""
+    out = Const(0, 32)
+    for sel, value in cases:
+        out = out | Mux(sel, value, 0)
+    return out
 
 
 class NicBoardTop(wiring.Component):

@@ -7,9 +7,12 @@ the same description, so none of them can disagree on an address.
 
 FPGA cost notes (ECP5): register writes load each byte lane straight from the
 bus word (the lane strobe is the flip-flop's clock enable, no per-bit merge);
-reads decode a registered word address through a binary multiplexer tree on the
-address bits that tell the mapped registers apart (unmapped words are don't-care
-in the tree, and answer 0 through a separate full decode).  With
+RW registers read back from a copy in 32-bit distributed RAM written alongside
+them (one read port instead of a multiplexer over all their flip-flops; the serial
+table window takes its ``TBL_DATA`` words from it too); the other registers are
+read by decoding a registered word address through a binary multiplexer tree on the
+address bits that tell them apart (unmapped words are don't-care in the tree, and
+answer 0 through a separate full decode), registered below its top levels.  With
 ``table_serial`` the table window moves one 32-bit word per cycle, so the
 tables behind it can live in 32-bit block RAM and ``TBL_DATA*`` has one shared
 load path instead of a record-wide multiplexer per table.
@@ -17,6 +20,7 @@ load path instead of a record-wide multiplexer per table.
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..regmap import REGMAP, Access, RegMap, TableOp
@@ -44,9 +48,12 @@ class CsrBank(wiring.Component):
     below).  A read is accepted only while no complete write is waiting to
     execute; the read address is registered, the register is sampled in the
     next cycle (the cycle after that with ``external`` registers) and
-    ``rvalid`` follows one cycle after the sample (2 cycles after the AR
-    handshake, 3 with ``external``).  Responses hold until ``bready`` /
+    ``rvalid`` follows two cycles after the sample (3 cycles after the AR
+    handshake, 4 with ``external``).  Responses hold until ``bready`` /
     ``rready``.  Address bits 1:0 are ignored; byte strobes are honoured.
+    For the first 16..64 cycles after reset (the depth of the RW readback copy,
+    which is rewritten with the reset values meanwhile) no transaction is
+    accepted (``awready``, ``wready``, ``arready`` low).
 
     * unknown address: SLVERR (resp 2, ``rdata`` 0) on read and write, nothing changes;
     * write to an RO register: OKAY, ignored, ``RO_WRITE_ATTEMPTS`` += 1;
@@ -274,6 +281,30 @@ class CsrBank(wiring.Component):
                     st_set = getattr(self, r.port_name(f) + "_set")
                     m.d.sync += st.eq((st & ~clr) | st_set)
 
+        # ---- RW readback shadow -----------------------------------------------------------
+        # RW registers read back from a 32-bit distributed-RAM copy written alongside them
+        # (one read port instead of a multiplexer over all their flip-flops); the copy also
+        # gives the serial table window its TBL_DATA word.  It holds each register's value
+        # (reserved bits 0); after reset it is rewritten with the reset values, one word a
+        # cycle, while the bank accepts no transaction.
+        self._shadow = sh = self._shadow_plan(m)
+        if sh is not None:
+            shm = sh["mem"]
+            sh_w, sh_r = shm.write_port(granularity=8), shm.read_port(domain="comb")
+            depth = shm.depth
+            init_busy = Signal(init=1, name="sh_init_busy")
+            init_cnt = Signal(range(depth), name="sh_init_cnt")
+            with m.If(init_busy):
+                m.d.sync += init_cnt.eq(init_cnt + 1)
+                with m.If(init_cnt == depth - 1):
+                    m.d.sync += init_busy.eq(0)
+            # read address (registered): the read's register, or the serial write's TBL_DATA word
+            raddr = Signal(range(depth), name="sh_raddr")
+            m.d.comb += sh_r.addr.eq(raddr)
+            sh.update(we=Signal(name="sh_we"), rd_data=sh_r.data, init_busy=init_busy,
+                      idx_r=raddr, hit_r=Signal(name="sh_hit_r"),
+                      w=sh_w, r=sh_r, init_cnt=init_cnt)
+
         # ---- table window ----------------------------------------------------------------
         tw = None
         if rm.tables:
@@ -284,16 +315,22 @@ class CsrBank(wiring.Component):
                 m.d.comb += getattr(self, f"{t.name}_addr").eq(index)
                 if t.writable:
                     m.d.comb += getattr(self, f"{t.name}_w_data").eq(words[:t.width])
-            tw = {"wait": Signal(range(self.table_read_latency + 1), name="tbl_wait")}
+            tw = {"wait": Signal(range(self.table_read_latency + 1), name="tbl_wait"), "shadow": sh,
+                  "oob": Signal(name="tbl_oob")}
+            # TBL_INDEX >= the selected table's depth, registered (a TBL_CMD write comes at
+            # least two cycles after the TBL_SELECT / TBL_INDEX write it depends on)
+            m.d.sync += tw["oob"].eq(Cat(*((sel == t.id.value) & (index >= t.depth)
+                                           for t in rm.tables)).any())
 
         # ---- AW / W latches --------------------------------------------------------------
         aw_full, w_full = Signal(), Signal()
         aw_addr = Signal(rm.addr_width)
         w_data, w_strb = Signal(32), Signal(4)
-        m.d.comb += [axil.awready.eq(~aw_full), axil.wready.eq(~w_full)]
-        with m.If(axil.awvalid & ~aw_full):
+        closed = sh["init_busy"] if sh is not None else Const(0)   # shadow being initialised
+        m.d.comb += [axil.awready.eq(~aw_full & ~closed), axil.wready.eq(~w_full & ~closed)]
+        with m.If(axil.awvalid & axil.awready):
             m.d.sync += [aw_addr.eq(axil.awaddr), aw_full.eq(1)]
-        with m.If(axil.wvalid & ~w_full):
+        with m.If(axil.wvalid & axil.wready):
             m.d.sync += [w_data.eq(axil.wdata), w_strb.eq(axil.wstrb), w_full.eq(1)]
         bmask = Cat(*(b.replicate(8) for b in w_strb))
 
@@ -302,7 +339,17 @@ class CsrBank(wiring.Component):
         rd_wait = Signal()                  # with external registers: one more cycle
         sample = Signal()                   # this cycle samples the register at ar_word
         mapped = {r.offset >> 2: r for r in rm.registers}
-        rvalue = self._mux_tree(ar_word, [(w, readback(r)) for w, r in sorted(mapped.items())])
+        # the tree in two registered stages: its subtrees (sample cycle), then its top
+        # RD_SPLIT levels (next cycle); the RW shadow word joins at the top
+        in_tree = [(w, readback(r)) for w, r in sorted(mapped.items())
+                   if sh is None or r.name not in sh["index"]]
+        groups, top = self._mux_split(ar_word, in_tree, self.RD_SPLIT)
+        grp_q = [Signal(32, name=f"rd_grp{i}") for i in range(len(groups))]
+        sh_q = Signal(32, name="rd_sh")
+        hit_q = Signal(name="rd_hit")
+        rvalue = top(grp_q)
+        if sh is not None:
+            rvalue = Mux(sh["hit_r"], sh_q, rvalue)
         hit_any = Signal()
         m.d.comb += hit_any.eq(Cat(*(ar_word == w for w in mapped)).any())
         for r in rm.registers:
@@ -314,9 +361,10 @@ class CsrBank(wiring.Component):
 
         write_ready = aw_full & w_full
         aw_hit = Signal(len(rm.registers))  # WRITE state: register i is addressed (one-hot)
-        aw_none = Signal()                  # WRITE state: no register at aw_addr
         if rm.tables and self.table_serial:
             self._serial_logic(m, sel, store, tw, w_data)
+        if sh is not None:
+            self._shadow_ports(m, sh, aw_addr, w_data, w_strb, tw)
         if self.table_serial:
             write_ready = write_ready & ~self.busy
 
@@ -324,34 +372,47 @@ class CsrBank(wiring.Component):
             with m.State("IDLE"):
                 with m.If(write_ready):
                     m.next = "WRITE"        # decode aw_addr in its own cycle (timing)
-                    m.d.sync += [aw_hit.eq(Cat(*(aw_addr[2:] == r.offset >> 2
-                                                 for r in rm.registers))),
-                                 aw_none.eq(Cat(*(aw_addr[2:] == r.offset >> 2
-                                                  for r in rm.registers)) == 0)]
-                with m.Elif(~(aw_full & w_full)):
+                    m.d.sync += aw_hit.eq(Cat(*(aw_addr[2:] == r.offset >> 2
+                                                for r in rm.registers)))
+                with m.Elif(~(aw_full & w_full) & ~closed):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
                         m.d.sync += [ar_word.eq(axil.araddr[2:]), rd_wait.eq(bool(self.external))]
+                        if sh is not None:
+                            ws = sorted(sh["index"].items(), key=lambda kv: kv[1])
+                            m.d.sync += [
+                                sh["idx_r"].eq(self._mux_tree(axil.araddr[2:], [
+                                    (rm[n].offset >> 2, Const(i, len(sh["idx_r"]))) for n, i in ws])),
+                                sh["hit_r"].eq(Cat(*(axil.araddr[2:] == rm[n].offset >> 2
+                                                     for n, _ in ws)).any())]
                         m.next = "READ"
             with m.State("WRITE"):
                 m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
                              axil.bresp.eq(OKAY)]
+                if rm.tables and self.table_serial:     # the first word of a serial table write
+                    m.d.sync += sh["idx_r"].eq(sh["tbl_base"])
                 m.next = "BRESP"
                 for i, r in enumerate(rm.registers):     # one-hot: no priority chain
                     with m.If(aw_hit[i]):
                         self._write(m, r, src, store, w_data, w_strb, bmask,
                                     ro_writes, w1c_clear, tw)
-                with m.If(aw_none):
+                with m.If(~aw_hit.any()):          # no register at aw_addr
                     m.d.sync += axil.bresp.eq(SLVERR)
             with m.State("READ"):
                 with m.If(rd_wait):
                     m.d.sync += rd_wait.eq(0)
                 with m.Else():
                     m.d.comb += sample.eq(1)
-                    m.d.sync += [axil.rvalid.eq(1),
-                                 axil.rresp.eq(Mux(hit_any, OKAY, SLVERR)),
-                                 axil.rdata.eq(Mux(hit_any, rvalue, 0))]
-                    m.next = "RRESP"
+                    m.d.sync += [g.eq(self._mux_tree(ar_word, ents)) for g, ents in zip(grp_q, groups)]
+                    m.d.sync += hit_q.eq(hit_any)
+                    if sh is not None:
+                        m.d.sync += sh_q.eq(sh["rd_data"])
+                    m.next = "READ2"
+            with m.State("READ2"):
+                m.d.sync += [axil.rvalid.eq(1),
+                             axil.rresp.eq(Mux(hit_q, OKAY, SLVERR)),
+                             axil.rdata.eq(Mux(hit_q, rvalue, 0))]
+                m.next = "RRESP"
             with m.State("RRESP"):
                 with m.If(axil.rready):
                     m.d.sync += axil.rvalid.eq(0)
@@ -372,6 +433,76 @@ class CsrBank(wiring.Component):
                                           getattr(self, en.port_name(en.field(n)))
                                           for n in sorted(names))).any())
         return m
+
+    def _shadow_plan(self, m):
+        """The RW registers kept in the readback shadow, their word index, and the memory."""
+        rm = self.regmap
+        regs = [r for r in rm.registers if r.access is Access.RW and r.name not in self.external]
+        tbl = [r for r in regs if r.internal and r.name.startswith("TBL_DATA")]
+        if not self.table_serial:       # the parallel window loads TBL_DATA* all at once
+            regs = [r for r in regs if r not in tbl]
+            tbl = []
+        if not regs:
+            return None
+        others = [r for r in regs if r not in tbl]
+        nwp = 1 << (len(tbl) - 1).bit_length() if tbl else 0    # TBL_DATA* block, aligned
+        depth = max(16, 1 << (len(others) + nwp - 1).bit_length())
+        base = depth - nwp
+        index = {r.name: i for i, r in enumerate(others)}
+        index.update({f"TBL_DATA{k}": base + k for k in range(len(tbl))})
+        init = [0] * depth
+        for r in regs:
+            init[index[r.name]] = sum(f.reset << f.lsb for f in r.fields) & 0xFFFFFFFF
+        m.submodules.rw_shadow = mem = Memory(shape=32, depth=depth, init=init)
+        return {"mem": mem, "index": index, "tbl_base": Const(base % depth, range(depth)),
+                "init": init}
+
+    def _shadow_ports(self, m, sh, aw_addr, w_data, w_strb, tw):
+        """Write port (bus writes, serial TBL_DATA loads, the reset init) and read address."""
+        rm, sh_w = self.regmap, sh["w"]
+        depth = sh["mem"].depth
+        ws = sorted(sh["index"].items(), key=lambda kv: kv[1])
+        idx_w = self._mux_tree(aw_addr[2:], [(rm[n].offset >> 2, Const(i, range(depth)))
+                                              for n, i in ws])
+        mask_w = self._mux_tree(aw_addr[2:], [(rm[n].offset >> 2, Const(rm[n].mask, 32))
+                                               for n, _ in ws])
+        ld = tw["ld"] if tw is not None and "ld" in tw else Const(0)
+        bus = tw["tbl_d"] if tw is not None and "tbl_d" in tw else w_data   # = w_data unless ld
+        addr, data, en = idx_w, bus & mask_w, Mux(sh["we"], w_strb, 0)
+        if "ld" in (tw or {}):
+            addr = Mux(ld, sh["tbl_base"] | tw["ld_k"], addr)
+            data = Mux(ld, bus, data)
+            en = Mux(ld, 0xF, en)
+        rom = self._mux_tree(sh["init_cnt"], [(i, Const(v, 32)) for i, v in enumerate(sh["init"])])
+        # the write is registered (it lands one cycle after the register's own write: no read
+        # of the shadow comes that early, a response handshake lies between)
+        m.d.sync += [
+            sh_w.addr.eq(Mux(sh["init_busy"], sh["init_cnt"], addr)),
+            sh_w.data.eq(Mux(sh["init_busy"], rom, data)),
+            sh_w.en.eq(Mux(sh["init_busy"], 0xF, en)),
+        ]
+
+
+    #: levels of the read multiplexer tree in the second (registered) read stage
+    RD_SPLIT = 3
+
+    @staticmethod
+    def _mux_split(addr, entries, levels):
+        """The tree of :meth:`_mux_tree` cut below its top ``levels`` levels: returns the
+        entry lists of the subtrees and ``top(values)``, the top levels over the subtrees'
+        (registered) values in that order."""
+        if levels == 0 or len(entries) == 1:
+            return [entries], lambda vals: vals[0]
+        for b in reversed(range(len(addr))):
+            ones = [e for e in entries if e[0] >> b & 1]
+            zeros = [e for e in entries if not e[0] >> b & 1]
+            if ones and zeros:
+                g1, t1 = CsrBank._mux_split(addr, ones, levels - 1)
+                g0, t0 = CsrBank._mux_split(addr, zeros, levels - 1)
+                n1 = len(g1)
+                return g1 + g0, (lambda vals, b=b, t1=t1, t0=t0, n1=n1:
+                                 Mux(addr[b], t1(vals[:n1]), t0(vals[n1:])))
+        raise AssertionError("two registers at one word address")
 
     @staticmethod
     def _mux_tree(addr, entries):
@@ -419,12 +550,11 @@ class CsrBank(wiring.Component):
                         for k in range(nw):
                             with m.Case(k):
                                 m.d.comb += w_mask.eq(((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF)
-        data_words = Cat(*(store[f"TBL_DATA{i}", "value"] for i in range(nw)))
-        word_sel = Signal(32, name="tbl_word_sel")
+        # TBL_DATA word wcnt for a serial write: read from the RW shadow (see elaborate; its
+        # read address steps with wcnt, see TWSTEP)
         m.d.comb += [
             self.tbl_sel.eq(sel), self.tbl_word.eq(wcnt),
-            word_sel.eq(data_words.word_select(wcnt, 32)),
-            self.tbl_w_word.eq(word_sel & w_mask),
+            self.tbl_w_word.eq(tw["shadow"]["rd_data"] & w_mask),
         ]
         # serial load of TBL_DATA: the word read table_word_latency cycles after its step
         # (0 beyond the record).  Bus writes and loads share one data input (tbl_d).
@@ -441,6 +571,7 @@ class CsrBank(wiring.Component):
                     with m.Case(k):
                         m.d.sync += store[f"TBL_DATA{k}", "value"].eq(tbl_d)
         tw.update(wcnt=wcnt, cap=step_q, cap_k=step_k, t_words=t_words, tbl_d=tbl_d,
+                  ld=cap, ld_k=cap_k,
                   tail=Signal(range(self.table_word_latency), name="tbl_tail"))
 
     def _serial_states(self, m, tw):
@@ -449,6 +580,8 @@ class CsrBank(wiring.Component):
         wcnt, cap, cap_k, t_words = tw["wcnt"], tw["cap"], tw["cap_k"], tw["t_words"]
         with m.State("TWSTEP"):
             m.d.comb += self.tbl_w_step.eq(wcnt < t_words)
+            sh = tw["shadow"]
+            m.d.sync += sh["idx_r"].eq(sh["tbl_base"] | (wcnt + 1)[:len(wcnt)])
             m.d.sync += wcnt.eq(wcnt + 1)
             with m.If(wcnt == nw - 1):
                 m.d.sync += [wcnt.eq(0), axil.bvalid.eq(1)]
@@ -514,6 +647,8 @@ class CsrBank(wiring.Component):
                         continue
                     with m.If(w_strb[lane]):
                         m.d.sync += dst[lo - f.lsb:hi - f.lsb].eq(bus[lo:hi])
+            if self._shadow is not None and r.name in self._shadow["index"]:
+                m.d.comb += self._shadow["we"].eq(1)
             if r.access is Access.CMD:
                 m.d.sync += getattr(self, r.name.lower() + "_stb").eq(1)
         with m.Else():
@@ -532,14 +667,14 @@ class CsrBank(wiring.Component):
 
     def _table_cmd(self, m, op, ok, store, tw):
         axil, rm, wait = self.s_axil, self.regmap, tw["wait"]
-        sel, index = store["TBL_SELECT", "table"], store["TBL_INDEX", "value"]
+        sel = store["TBL_SELECT", "table"]
         with m.If(~ok):
             m.d.sync += axil.bresp.eq(SLVERR)
         with m.Elif(op != TableOp.NOP.value):
             with m.Switch(sel):
                 for t in rm.tables:
                     with m.Case(t.id.value):
-                        with m.If(index >= t.depth):
+                        with m.If(tw["oob"]):
                             m.d.sync += axil.bresp.eq(SLVERR)
                         with m.Elif(op == TableOp.WRITE.value):
                             if t.writable:

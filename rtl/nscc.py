@@ -49,15 +49,18 @@ Fixed-point parameters: ``md_q8`` and ``eta_q8`` are fractions in 1/256.
 from contextlib import contextmanager
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_QPS
 
-__all__ = ["Nscc", "NsccConfig", "NsccUpdate", "nscc_config", "NSCC_DEFAULTS", "UPDATE_CYCLES"]
+__all__ = ["Nscc", "NsccConfig", "NsccUpdate", "nscc_config", "NSCC_DEFAULTS", "UPDATE_CYCLES",
+           "CONFIG_CYCLES"]
 
 #: most cycles from an update's acceptance to its ``cwnd`` write (the unit is ready again one cycle later)
-UPDATE_CYCLES = 43
+UPDATE_CYCLES = 75
+#: cycles from a configuration write (the unit idle) to the write of its clamped ``cwnd``
+CONFIG_CYCLES = 8
 
 
 class NsccConfig(data.Struct):
@@ -185,20 +188,26 @@ class Nscc(wiring.Component):
 
     One update at a time runs through a sequence of registered steps, each
     with at most one adder or comparator of <= 34 bits and its operands taken
-    from flip-flops (or the parameter RAM):
+    from flip-flops:
 
+    0. the QP's parameters and state are copied into working registers (the
+       QP number drives one multiplexer level; a configuration write to that
+       QP during the update cancels it);
     1. the epoch (``now - epoch``, against ``base_rtt`` and twice it) and the
        queueing delay against the target (24-bit subtractions), then the new
        per-QP epoch state (bytes acked in the current and the last epoch);
     2. the products, bit-serially without multipliers or barrel shifters, in
-       two shift-and-add engines running in parallel: the fair increase
-       ``(fi_bytes * acked) >> floor(log2(cwnd))`` (saturated at 2**32: any
-       value that large clamps the window to ``max_cwnd``) or, on an ECN echo,
+       one shift-and-add engine, one job after the other: on an ECN echo
        ``cwnd - ((cwnd * md) >> 8)`` (computed as
-       ``floor((255 + cwnd * (256 - md)) / 256)``, which is equal), and
-       ``pi = (eta * acked * (target - qdelay)) >> (floor(log2(target)) + 9)``;
+       ``floor((255 + cwnd * (256 - md)) / 256)``, which is equal); otherwise
+       ``eta * acked``, then (below the target only)
+       ``pi = (eta * acked * (target - qdelay)) >> (floor(log2(target)) + 9)``,
+       then the fair increase ``(fi_bytes * acked) >> floor(log2(cwnd))``
+       (saturated at 2**32: any value that large clamps the window to
+       ``max_cwnd``);
     3. the new window on one 34-bit adder / comparator: the sums, the quick
-       adapt ``min(max(achieved, min_cwnd), cwnd)`` and the clamp to
+       adapt ``min(max(achieved, min_cwnd), cwnd)`` (as ``min(max(cur, last),
+       cwnd)`` followed by the clamp, which is equal) and the clamp to
        ``[min_cwnd, max_cwnd]`` (``max`` first, as the rule's table).
 
     The result is bit-exact to the rule of the module docstring.
@@ -213,17 +222,22 @@ class Nscc(wiring.Component):
     upd : In(stream.Signature(NsccUpdate))
         Congestion signals of one ACK.  ``ready`` is high (registered state)
         while the unit is idle; an accepted update writes the QP's ``cwnd`` at
-        most :data:`UPDATE_CYCLES` cycles later (about 17 for a trim NACK,
-        15..43 otherwise: the engines run ``max(floor(log2(cwnd)), bit length of
-        fi_bytes)`` and ``bit length of eta + floor(log2(target)) + 1`` steps)
-        and the unit is ready again on the cycle after; while busy ``ready`` is
-        low (an update is never dropped, the sender waits).
+        most :data:`UPDATE_CYCLES` cycles later (15 for a trim NACK, about 20 on
+        an ECN echo, 20..75 otherwise: the engine runs ``bit length of eta``,
+        ``floor(log2(target)) + 1`` (below the target) and ``max(floor(log2(cwnd)),
+        bit length of fi_bytes)`` steps, plus one cycle per job) and the unit
+        is ready again on the cycle after; while busy ``ready`` is low (an
+        update is never dropped, the sender waits).
         Updates for ``qp >= qps`` are consumed and ignored.
     cfg_w_en, cfg_w_addr, cfg_w_data : In(1), In(3), In(NsccConfig)
         Per-QP parameter write; sets ``cwnd`` (on the next cycle) to
-        ``init_cwnd`` clamped to ``[min_cwnd, max_cwnd]`` and starts a new
-        epoch with nothing acked.  An update in progress for the same QP is
-        cancelled (it writes nothing, counts nothing).
+        ``init_cwnd`` and starts a new epoch with nothing acked; the unit then
+        clamps that ``cwnd`` to ``[min_cwnd, max_cwnd]`` (a short job of the
+        sequencer, :data:`CONFIG_CYCLES` after the write when idle, else after
+        the update in progress; pending clamps run before the next update is
+        taken), so an ``init_cwnd`` inside the range holds at once.  An update
+        in progress for the same QP is cancelled (it writes nothing, counts
+        nothing).
     now_ns : In(32)
         Current time in ns (wrapping); sampled on the update's first cycles.
     cwnd : Out(data.ArrayLayout(32, qps))
@@ -253,35 +267,39 @@ class Nscc(wiring.Component):
         qps = self.qps
         qb = max(1, (qps - 1).bit_length())    # per-QP state is indexed by qp[:qb]
 
-        # parameters: distributed RAM, asynchronous read at the update's QP
-        m.submodules.cfg = cfg_mem = memory.Memory(shape=NsccConfig, depth=qps, init=[])
-        cfg_w = cfg_mem.write_port()
-        cfg_r = cfg_mem.read_port(domain="comb")
+        # per-QP parameters and state (flip-flops; ``init_cwnd`` is only used by the write)
         w_ok = self.cfg_w_en & (self.cfg_w_addr < qps)
-        m.d.comb += [cfg_w.en.eq(w_ok), cfg_w.addr.eq(self.cfg_w_addr), cfg_w.data.eq(self.cfg_w_data)]
-
-        # per-QP state (flip-flops)
+        w_sel = [w_ok & (self.cfg_w_addr[:qb] == i) for i in range(qps)]
+        cfgs = [Signal(NsccConfig, name=f"cfg{i}") for i in range(qps)]
         cwnd = Array(self.cwnd[i] for i in range(qps))
-        epoch = Array(Signal(32, name=f"epoch{i}") for i in range(qps))
-        acked_cur = Array(Signal(32, name=f"acked_cur{i}") for i in range(qps))
-        acked_last = Array(Signal(32, name=f"acked_last{i}") for i in range(qps))
-        md_done = Array(Signal(name=f"md_done{i}") for i in range(qps))
-        qa_done = Array(Signal(name=f"qa_done{i}") for i in range(qps))
+        epoch = [Signal(32, name=f"epoch{i}") for i in range(qps)]
+        acked_cur = [Signal(32, name=f"acked_cur{i}") for i in range(qps)]
+        acked_last = [Signal(32, name=f"acked_last{i}") for i in range(qps)]
+        md_done = [Signal(name=f"md_done{i}") for i in range(qps)]
+        qa_done = [Signal(name=f"qa_done{i}") for i in range(qps)]
 
-        # the update in progress
+        # the update in progress: its signals, and copies of its QP's parameters and state
+        # (taken in the LOAD cycle, so the QP number drives one multiplexer level only)
         q = Signal(qb)
         acked = Signal(24)
         rtt = Signal(32)
         ecn = Signal()
         trim = Signal()
-        c = cfg_r.data
-        m.d.comb += cfg_r.addr.eq(q)
+        c = Signal(NsccConfig)
         cw = Signal(32)
-        m.d.comb += cw.eq(cwnd[q])
+        ep = Signal(32)
         cur = Signal(32)
         last = Signal(32)
-        m.d.comb += [cur.eq(acked_cur[q]), last.eq(acked_last[q])]
+        mdd = Signal()
+        qad = Signal()
         qoh = Signal(qps)            # q, one-hot
+        pend = Signal(qps)           # per QP: its configured cwnd still needs the clamp
+        init_job = Signal()          # the job in progress is that clamp
+        pick = Signal(qb)            # the lowest QP with a clamp pending, and one-hot
+        pick_oh = Signal(qps)
+        for i in reversed(range(qps)):
+            with m.If(pend[i]):
+                m.d.comb += [pick.eq(i), pick_oh.eq(1 << i)]
         st_go = Signal()             # write the epoch state (STATE cycle)
         wr_go = Signal()             # write cwnd (WRITE cycle)
         abort = Signal()             # a configuration write to q cancelled this update
@@ -311,8 +329,8 @@ class Nscc(wiring.Component):
         q_lt = Signal()
         q_gt = Signal()
 
-        e1 = _ShiftMul(m, "e1", 16)  # fair increase, or the decreased window
-        e2 = _ShiftMul(m, "e2", 24)  # eta * acked, then the proportional increase
+        e = _ShiftMul(m, "e", 24)    # eta * acked, the proportional and the fair increase,
+                                     # or the decreased window, one after the other
 
         nw = Signal(34)              # the new window
         b = Signal(32)               # its operand register
@@ -323,27 +341,57 @@ class Nscc(wiring.Component):
         m.d.sync += lt.eq(nw_b[34])
         apply = Signal()             # the decrease / quick adapt is applied
 
+        # the epoch state after this update (written in the STATE cycle)
+        new_cur = Signal(32)
+        new_last = Signal(32)
+        m.d.comb += [new_cur.eq(Mux(roll, 0, cur) + acked),
+                     new_last.eq(Mux(roll, Mux(two, 0, cur), last))]
+
         m.d.sync += [st_go.eq(0), wr_go.eq(0)]      # strobes, set by the FSM
-        fsm = _OneHot(m, ["IDLE", "EPOCH", "DELAY", "FLAGS", "STATE", "WAIT_P", "WAIT", "ADD_FI", "ADD_PI",
-                          "ADD_END", "QA_CUR", "QA_LAST", "QA_CMP1", "QA_MAX1", "QA_CMP2", "QA_MAX2",
-                          "QA_CMP3", "QA_MIN", "CLAMP_MIN", "CLAMP_CMP1", "CLAMP_MAX", "CLAMP_CMP2",
-                          "WRITE"])
+        fsm = _OneHot(m, ["IDLE", "LOAD", "EPOCH", "DELAY", "FLAGS", "STATE", "WAIT_E", "WAIT_P",
+                          "E_LOAD", "WAIT_PI", "ADD_PI", "PI_SUM", "WAIT_FI", "ADD_FI", "FI_SUM",
+                          "QA_CUR", "QA_CMP1", "QA_MAX",
+                          "QA_CMP2", "QA_MIN", "INIT", "CLAMP_CMP1", "CLAMP_MAX", "CLAMP_CMP2",
+                          "FINAL", "WRITE"])
+        st = fsm.st
+        qa_go = Signal()             # trim: the quick adapt applies
+        m.d.comb += qa_go.eq(c.qa_enable & (roll | ~qad))
         with fsm.State("IDLE"):
-            m.d.comb += self.upd.ready.eq(1)
             p = self.upd.payload
-            m.d.sync += [q.eq(p.qp[:qb]), acked.eq(p.acked), rtt.eq(p.rtt_ns), ecn.eq(p.ecn),
-                         trim.eq(p.trim), abort.eq(0), qoh.eq(1 << p.qp[:qb])]
-            with m.If(self.upd.valid & (p.qp < qps)):
+            with m.If(pend.any()):
+                # a configuration write's clamp of init_cwnd goes first (no update taken)
+                m.d.sync += [q.eq(pick), qoh.eq(pick_oh), init_job.eq(1), abort.eq(0),
+                             ecn.eq(0), trim.eq(0)]
+                fsm.goto("LOAD")
+            with m.Else():
+                m.d.comb += self.upd.ready.eq(1)
+                m.d.sync += [q.eq(p.qp[:qb]), acked.eq(p.acked), rtt.eq(p.rtt_ns), ecn.eq(p.ecn),
+                             trim.eq(p.trim), abort.eq(0), qoh.eq(1 << p.qp[:qb]), init_job.eq(0)]
+                with m.If(self.upd.valid & (p.qp < qps)):
+                    fsm.goto("LOAD")
+        with fsm.State("LOAD"):
+            m.d.sync += [c.eq(Array(cfgs)[q]), cw.eq(cwnd[q]), ep.eq(Array(epoch)[q]),
+                         cur.eq(Array(acked_cur)[q]), last.eq(Array(acked_last)[q]),
+                         mdd.eq(Array(md_done)[q]), qad.eq(Array(qa_done)[q]),
+                         md_c.eq((~Array(cfgs)[q].md_q8 & 0xFF) + 1)]
+            with m.If(init_job):
+                fsm.goto("INIT")
+            with m.Else():
                 fsm.goto("EPOCH")
+        with fsm.State("INIT"):          # nw = cwnd (= init_cwnd), b = min_cwnd: the clamp
+            m.d.sync += fsat.eq(0)
+            fsm.goto("CLAMP_CMP1")
         with fsm.State("EPOCH"):
-            m.d.sync += [since.eq(self.now_ns - epoch[q]), qlo.eq(rtt[:24] - c.base_rtt_ns),
+            m.d.sync += [since.eq(self.now_ns - ep), qlo.eq(rtt[:24] - c.base_rtt_ns),
                          rhz.eq(rtt[24:] == 0), rh1.eq(rtt[24:] == 1),
                          cw_nz.eq(Cat(cw[8 * j:8 * j + 8] != 0 for j in range(4))),
                          *(cw_lg[j].eq(_floor_log2(m, cw[8 * j:8 * j + 8], 8, f"lg_cw{j}"))
                            for j in range(4)),
-                         lt1.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f")),
-                         md_c.eq((~c.md_q8 & 0xFF) + 1)]
-            e2.start(m, 0, acked, c.eta_q8, 0)        # eta * acked
+                         lt1.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f"))]
+            with m.If(ecn):              # cwnd - (cwnd * md >> 8)
+                e.start(m, 255, cw, md_c, 8)
+            with m.Else():               # eta * acked
+                e.start(m, 0, acked, c.eta_q8, 0)
             fsm.goto("DELAY")
         with fsm.State("DELAY"):
             # qdelay = max(0, rtt - base): negative / >= 2**24 / its low 24 bits
@@ -355,10 +403,6 @@ class Nscc(wiring.Component):
                          hi.eq(since[25:] != 0),
                          qhi.eq(~rhz & ~(rh1 & qlo[24])),
                          dq.eq(c.target_delay_ns - Mux(neg, 0, qlo[:24])), lt1.eq(lt1 + 1)]
-            with m.If(ecn):              # cwnd - (cwnd * md >> 8)
-                e1.start(m, 255, cw, md_c, 8)
-            with m.Else():               # (fi * acked) >> floor(log2(cwnd))
-                e1.start(m, 0, acked, c.fi_bytes, lg_cw)
             fsm.goto("FLAGS")
         with fsm.State("FLAGS"):
             m.d.sync += st_go.eq(1)
@@ -367,94 +411,110 @@ class Nscc(wiring.Component):
             fsm.goto("STATE")
         with fsm.State("STATE"):
             # (the per-QP epoch state is written in this cycle, below)
-            m.d.sync += fsat.eq(0)
+            m.d.sync += [fsat.eq(0), cur.eq(new_cur), last.eq(new_last)]
             with m.If(trim):
-                m.d.sync += apply.eq(c.qa_enable & (roll | ~qa_done[q]))
-                fsm.goto("QA_CUR")
+                m.d.sync += apply.eq(qa_go)
+                with m.If(qa_go):
+                    fsm.goto("QA_CUR")
+                with m.Else():           # nw = cwnd
+                    fsm.goto("CLAMP_CMP1")
             with m.Elif(ecn):
-                m.d.sync += apply.eq(q_gt & (roll | ~md_done[q]))
-                fsm.goto("WAIT")
+                m.d.sync += apply.eq(q_gt & (roll | ~mdd))
+                fsm.goto("WAIT_E")
             with m.Else():
                 fsm.goto("WAIT_P")
-        with fsm.State("WAIT_P"):
-            with m.If(~e2.busy):
-                with m.If(q_lt):         # (eta * acked * (target - qdelay)) >> (lg_t + 1)
-                    e2.start(m, 0, e2.acc, dq[:24], lt1)
-                fsm.goto("WAIT")
-        with fsm.State("WAIT"):
-            m.d.sync += b.eq(cw)
-            with m.If(~e1.busy & ~e2.busy):
-                fsm.goto("ADD_FI")
-        with fsm.State("ADD_FI"):
-            # nw = cw, then + fi + pi (no ECN) or the decreased window (ECN)
-            with m.If(ecn):
-                m.d.sync += nw.eq(Mux(apply, e1.acc, b))
-                fsm.goto("CLAMP_MIN")
-            with m.Else():
-                m.d.sync += [nw.eq(b), b.eq(e1.acc), fsat.eq(e1.sat)]
-                fsm.goto("ADD_PI")
-        with fsm.State("ADD_PI"):
-            m.d.sync += [nw.eq(nw + b), b.eq(Mux(q_lt, e2.acc[8:], 0))]
-            fsm.goto("ADD_END")
-        with fsm.State("ADD_END"):
-            m.d.sync += nw.eq(nw + b)
-            fsm.goto("CLAMP_MIN")
-        # quick adapt: nw = min(max(cur, last, min_cwnd), cwnd), or cwnd
-        with fsm.State("QA_CUR"):
-            m.d.sync += b.eq(Mux(apply, cur, cw))
-            fsm.goto("QA_LAST")
-        with fsm.State("QA_LAST"):
-            m.d.sync += [nw.eq(b), b.eq(Mux(apply, last, cw))]
+        with fsm.State("WAIT_E"), m.If(~e.busy):
+            fsm.goto("E_LOAD")
+        with fsm.State("E_LOAD"):        # nw = the decreased window, or cwnd; b = min_cwnd
+            fsm.goto("CLAMP_CMP1")
+        # no ECN: nw = cwnd + pi + fi (nw = cwnd from the STATE cycle on)
+        with fsm.State("WAIT_P"), m.If(~e.busy):
+            with m.If(q_lt):         # (eta * acked * (target - qdelay)) >> (lg_t + 1)
+                e.start(m, 0, e.acc, dq[:24], lt1)
+            fsm.goto("WAIT_PI")
+        with fsm.State("WAIT_PI"), m.If(~e.busy):       # b = pi
+            e.start(m, 0, acked, c.fi_bytes, lg_cw)     # (fi * acked) >> floor(log2(cwnd))
+            fsm.goto("ADD_PI")
+        with fsm.State("ADD_PI"):        # (sum = nw + b)
+            fsm.goto("PI_SUM")
+        with fsm.State("PI_SUM"):        # nw = sum
+            fsm.goto("WAIT_FI")
+        with fsm.State("WAIT_FI"), m.If(~e.busy):       # b = fi
+            m.d.sync += fsat.eq(e.sat)
+            fsm.goto("ADD_FI")
+        with fsm.State("ADD_FI"):        # (sum = nw + b)
+            fsm.goto("FI_SUM")
+        with fsm.State("FI_SUM"):        # nw = sum, b = min_cwnd
+            fsm.goto("CLAMP_CMP1")
+        # quick adapt: nw = min(max(cur, last), cwnd) (the clamp below then makes it
+        # min(max(cur, last, min_cwnd), cwnd) clamped: the same value)
+        with fsm.State("QA_CUR"):        # nw = cur, b = last
             fsm.goto("QA_CMP1")
         with fsm.State("QA_CMP1"):
-            fsm.goto("QA_MAX1")
-        with fsm.State("QA_MAX1"):
-            with m.If(lt):
-                m.d.sync += nw.eq(b)
-            m.d.sync += b.eq(Mux(apply, c.min_cwnd, cw))
+            fsm.goto("QA_MAX")
+        with fsm.State("QA_MAX"):        # nw = max(nw, b), b = cwnd
             fsm.goto("QA_CMP2")
         with fsm.State("QA_CMP2"):
-            fsm.goto("QA_MAX2")
-        with fsm.State("QA_MAX2"):
-            with m.If(lt):
-                m.d.sync += nw.eq(b)
-            m.d.sync += b.eq(cw)
-            fsm.goto("QA_CMP3")
-        with fsm.State("QA_CMP3"):
             fsm.goto("QA_MIN")
-        with fsm.State("QA_MIN"):
-            with m.If(~lt):
-                m.d.sync += nw.eq(b)
-            fsm.goto("CLAMP_MIN")
-        # the clamp: nw = min(max(nw, min_cwnd), max_cwnd)
-        with fsm.State("CLAMP_MIN"):
-            m.d.sync += b.eq(c.min_cwnd)
+        with fsm.State("QA_MIN"):        # nw = min(nw, b), b = min_cwnd
             fsm.goto("CLAMP_CMP1")
+        # the clamp: nw = min(max(nw, min_cwnd), max_cwnd)
         with fsm.State("CLAMP_CMP1"):
             fsm.goto("CLAMP_MAX")
-        with fsm.State("CLAMP_MAX"):
-            with m.If(lt):
-                m.d.sync += nw.eq(b)
-            m.d.sync += b.eq(c.max_cwnd)
+        with fsm.State("CLAMP_MAX"):     # nw = max(nw, b), b = max_cwnd
             fsm.goto("CLAMP_CMP2")
         with fsm.State("CLAMP_CMP2"):
+            fsm.goto("FINAL")
+        with fsm.State("FINAL"):         # nw = min(nw, b) (b on a saturated fair increase)
             m.d.sync += wr_go.eq(1)
             fsm.goto("WRITE")
         with fsm.State("WRITE"):
             m.d.sync += apply.eq(0)
             fsm.goto("IDLE")
 
+        # nw and b: their next values as an AND-OR of the (mutually exclusive) one-hot cases
+        # (two LUT levels, no priority chain), loaded through the flip-flops' enables
+        # (nw's cases depend on the state and registered flags only; its sums come from the
+        # registered adder output ``sum_q``)
+        done = ~e.busy
+        trim_cw = (st["STATE"] & trim & ~qa_go) | st["INIT"]
+        sum_q = Signal(34)
+        m.d.sync += sum_q.eq(nw + b)
+        nw_cases = [
+            (trim_cw | (st["STATE"] & ~trim & ~ecn) | (st["E_LOAD"] & ~apply), cw),
+            (st["E_LOAD"] & apply, e.acc),
+            (st["QA_CUR"], cur),
+            (st["PI_SUM"] | st["FI_SUM"], sum_q),
+            ((st["QA_MAX"] & lt) | (st["QA_MIN"] & ~lt) | (st["CLAMP_MAX"] & lt)
+             | (st["FINAL"] & (~lt | fsat)), b),
+        ]
+        b_cases = [
+            (st["WAIT_PI"] & done, Mux(q_lt, e.acc[8:], 0)),
+            (st["WAIT_FI"] & done, e.acc),
+            (st["QA_CUR"], last),
+            (st["QA_MAX"], cw),
+            (trim_cw | st["E_LOAD"] | st["FI_SUM"] | st["QA_MIN"], c.min_cwnd),
+            (st["CLAMP_MAX"], c.max_cwnd),
+        ]
+        for reg, cases in ((nw, nw_cases), (b, b_cases)):
+            sel = [Signal(name=f"{reg.name}_sel{k}") for k in range(len(cases))]
+            m.d.comb += [s.eq(cond) for s, (cond, _) in zip(sel, cases)]
+            nxt = 0
+            for s, (_, val) in zip(sel, cases):
+                nxt = nxt | Mux(s, val, 0)
+            with m.If(Cat(sel).any()):
+                m.d.sync += reg.eq(nxt)
+
         # write-back, in the STATE (st_go) and WRITE (wr_go) cycles; a configuration write
         # (below) to the same QP in the same cycle wins
         for i in range(qps):
             with m.If(st_go & ~abort & qoh[i]):
                 # epoch roll (lazy); the bytes acked in the current / last epoch
-                m.d.sync += [acked_cur[i].eq(Mux(roll, 0, cur) + acked),
-                             acked_last[i].eq(Mux(roll, Mux(two, 0, cur), last))]
+                m.d.sync += [acked_cur[i].eq(new_cur), acked_last[i].eq(new_last)]
                 with m.If(roll):
                     m.d.sync += [epoch[i].eq(self.now_ns), md_done[i].eq(0), qa_done[i].eq(0)]
             with m.If(wr_go & ~abort & qoh[i]):
-                m.d.sync += self.cwnd[i].eq(Mux(~lt | fsat, b, nw[:32]))
+                m.d.sync += [self.cwnd[i].eq(nw[:32]), pend[i].eq(0)]
                 with m.If(apply & trim):
                     m.d.sync += qa_done[i].eq(1)
                 with m.If(apply & ~trim & ecn):
@@ -465,12 +525,12 @@ class Nscc(wiring.Component):
             with m.Elif(ecn):
                 m.d.sync += self.decreases.eq(self.decreases + 1)
 
-        with m.If(w_ok):
-            d = self.cfg_w_data
-            init = Mux(d.init_cwnd > d.max_cwnd, d.max_cwnd,
-                       Mux(d.init_cwnd < d.min_cwnd, d.min_cwnd, d.init_cwnd))
-            a = self.cfg_w_addr[:qb]
-            m.d.sync += [cwnd[a].eq(init), epoch[a].eq(self.now_ns),
-                         acked_cur[a].eq(0), acked_last[a].eq(0), md_done[a].eq(0),
-                         qa_done[a].eq(0)]
+        # a configuration write: cwnd = init_cwnd at once, clamped by a job of the sequencer
+        d = self.cfg_w_data
+        for i in range(qps):
+            with m.If(w_sel[i]):
+                m.d.sync += [cfgs[i].eq(d), self.cwnd[i].eq(d.init_cwnd), pend[i].eq(1),
+                             epoch[i].eq(self.now_ns),
+                             acked_cur[i].eq(0), acked_last[i].eq(0), md_done[i].eq(0),
+                             qa_done[i].eq(0)]
         return m

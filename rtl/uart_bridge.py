@@ -266,52 +266,78 @@ class UartAxilBridge(wiring.Component):
         axil = self.m_axil
         m.submodules.uart_rx = urx = UartRx(self.divisor)
         m.submodules.uart_tx = utx = UartTx(self.divisor)
-        m.submodules.crc_rx = crc_rx = CRC8.create()
-        m.submodules.crc_tx = crc_tx = CRC8.create()
+        # one CRC-8 for both directions (a request is received, checked, then answered):
+        # a received byte is fed as it arrives, a sent byte the cycle after it was taken
+        # (registered: the transmit multiplexer stays out of the CRC's path); the CRC is
+        # sent 10 bit times later, when the transmitter is free again
+        m.submodules.crc = crc_u = CRC8.create()
+        crc_rx_valid = Signal()
+        tx_byte = Signal(8)
+        tx_feed = Signal()
+        m.d.sync += [tx_byte.eq(utx.data.payload), tx_feed.eq(0)]
+        m.d.comb += [crc_u.data.eq(Mux(tx_feed, tx_byte, urx.data.payload)),
+                     crc_u.valid.eq(crc_rx_valid | tx_feed)]
         m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
 
         byte, got = urx.data.payload, urx.data.valid
         with m.If(urx.framing_error):
             m.d.sync += self.rx_errors.eq(self.rx_errors + 1)
 
-        # cycles since the last received byte (saturating)
+        # cycles since the last received byte, and whether it reached the timeout / the
+        # drain time (registered flags, set as the count passes them: equality compares
+        # only); the count stops once both are reached
         idle_max = max(self.timeout_cycles, self.drain_cycles)
         idle = Signal(range(idle_max + 1))
+        timed_out = Signal()            # idle >= timeout_cycles
+        drained = Signal()              # idle >= drain_cycles
         with m.If(got):
-            m.d.sync += idle.eq(0)
-        with m.Elif(idle != idle_max):
+            m.d.sync += [idle.eq(0), timed_out.eq(0), drained.eq(0)]
+        with m.Elif(~(timed_out & drained)):
             m.d.sync += idle.eq(idle + 1)
+            with m.If(idle == self.timeout_cycles - 1):
+                m.d.sync += timed_out.eq(1)
+            with m.If(idle == self.drain_cycles - 1):
+                m.d.sync += drained.eq(1)
 
         tag, cmd, length = Signal(8), Signal(8), Signal(8)
         addr, wdata, rdata = Signal(16), Signal(32), Signal(32)
         status, len_out = Signal(8), Signal(8)
         nbyte = Signal(2)               # byte of the current data word
-        words = Signal(8)               # data words sent
+        left = Signal(8)                # data words still to send
         aw_done, w_done = Signal(), Signal()
 
-        m.d.comb += [crc_rx.data.eq(byte), crc_tx.data.eq(utx.data.payload),
-                     axil.awaddr.eq(addr), axil.araddr.eq(addr), axil.wdata.eq(wdata),
+        m.d.comb += [axil.awaddr.eq(addr), axil.araddr.eq(addr), axil.wdata.eq(wdata),
                      axil.wstrb.eq(0b1111), axil.awprot.eq(0), axil.arprot.eq(0)]
         sent = utx.data.valid & utx.data.ready
 
+        # comparisons of the received byte, registered: UartRx completes its byte a bit
+        # time (>= 8 cycles) before the byte's valid pulse (the middle of the stop bit),
+        # and the CRC is unchanged since the previous byte, so the flags are current then
+        is_sync, is_read, is_write, is_zero, crc_ok = (Signal(name=n) for n in (
+            "is_sync", "is_read", "is_write", "is_zero", "crc_ok"))
+        m.d.sync += [is_sync.eq(byte == SYNC_REQUEST), is_read.eq(byte == CMD_READ),
+                     is_write.eq(byte == CMD_WRITE), is_zero.eq(byte == 0),
+                     crc_ok.eq(byte == crc_u.crc)]
+
         def take(next_state):
             """Receive one byte of the frame (into the CRC) and move on; or time out."""
-            m.d.comb += crc_rx.valid.eq(got)
+            m.d.comb += crc_rx_valid.eq(got)
             with m.If(got):
                 m.next = next_state
-            with m.Elif(idle >= self.timeout_cycles):
+            with m.Elif(timed_out):
                 m.d.sync += self.timeouts.eq(self.timeouts + 1)
                 m.next = "HUNT"
 
         def send(value, next_state):
-            m.d.comb += [utx.data.payload.eq(value), utx.data.valid.eq(1), crc_tx.valid.eq(sent)]
+            m.d.comb += [utx.data.payload.eq(value), utx.data.valid.eq(1)]
+            m.d.sync += tx_feed.eq(sent)
             with m.If(sent):
                 m.next = next_state
 
         with m.FSM():
             with m.State("HUNT"):
-                with m.If(got & (byte == SYNC_REQUEST)):
-                    m.d.comb += crc_rx.start.eq(1)
+                with m.If(got & is_sync):
+                    m.d.comb += crc_u.start.eq(1)
                     m.next = "TAG"
             with m.State("TAG"):
                 take("CMD")
@@ -321,13 +347,13 @@ class UartAxilBridge(wiring.Component):
                 take("LEN")
                 with m.If(got):
                     m.d.sync += cmd.eq(byte)
-                    with m.If((byte != CMD_READ) & (byte != CMD_WRITE)):
+                    with m.If(~is_read & ~is_write):
                         m.next = "DRAIN"
             with m.State("LEN"):
                 take("ADDR0")
                 with m.If(got):
                     m.d.sync += length.eq(byte)
-                    with m.If(Mux(cmd == CMD_WRITE, byte != 1, byte == 0)):
+                    with m.If(Mux(cmd == CMD_WRITE, ~is_read, is_zero)):    # LEN 1 / >= 1
                         m.next = "DRAIN"
             with m.State("ADDR0"):
                 take("ADDR1")
@@ -347,9 +373,9 @@ class UartAxilBridge(wiring.Component):
                         m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(got):
-                    m.d.sync += [words.eq(0), nbyte.eq(0), aw_done.eq(0), w_done.eq(0),
+                    m.d.sync += [left.eq(length), nbyte.eq(0), aw_done.eq(0), w_done.eq(0),
                                  status.eq(STATUS_OK), len_out.eq(0)]
-                    with m.If(byte != crc_rx.crc):
+                    with m.If(~crc_ok):
                         m.d.sync += [status.eq(STATUS_BAD_CHECKSUM),
                                      self.bad_checksums.eq(self.bad_checksums + 1)]
                         m.next = "T_SYNC"
@@ -360,12 +386,12 @@ class UartAxilBridge(wiring.Component):
                         with m.Else():
                             m.d.sync += len_out.eq(length)
                             m.next = "T_SYNC"
-                with m.Elif(idle >= self.timeout_cycles):
+                with m.Elif(timed_out):
                     m.d.sync += self.timeouts.eq(self.timeouts + 1)
                     m.next = "HUNT"
             with m.State("DRAIN"):
                 # discard the rest of a malformed frame, answer once the line is quiet
-                with m.If(~got & (idle >= self.drain_cycles)):
+                with m.If(~got & (drained)):
                     m.d.sync += [status.eq(STATUS_BAD_FRAME), len_out.eq(0),
                                  self.bad_frames.eq(self.bad_frames + 1)]
                     m.next = "T_SYNC"
@@ -381,7 +407,7 @@ class UartAxilBridge(wiring.Component):
                     m.next = "T_SYNC"
             with m.State("T_SYNC"):
                 m.d.comb += [utx.data.payload.eq(SYNC_RESPONSE), utx.data.valid.eq(1),
-                             crc_tx.start.eq(1)]
+                             crc_u.start.eq(1)]
                 with m.If(sent):
                     m.next = "T_TAG"
             with m.State("T_TAG"):
@@ -411,15 +437,15 @@ class UartAxilBridge(wiring.Component):
                 with m.If(sent):
                     m.d.sync += nbyte.eq(nbyte + 1)
                     with m.If(nbyte == 3):
-                        m.d.sync += [words.eq(words + 1), addr.eq(addr + 4)]
-                        with m.If(words + 1 == len_out):
+                        m.d.sync += [left.eq(left - 1), addr.eq(addr + 4)]
+                        with m.If(left == 1):
                             m.next = "T_STATUS"
                         with m.Else():
                             m.next = "AXI_AR"
             with m.State("T_STATUS"):
                 send(status, "T_CRC")
             with m.State("T_CRC"):
-                m.d.comb += [utx.data.payload.eq(crc_tx.crc), utx.data.valid.eq(1)]
+                m.d.comb += [utx.data.payload.eq(crc_u.crc), utx.data.valid.eq(1)]
                 with m.If(sent):
                     m.next = "HUNT"
         return m

@@ -244,6 +244,19 @@ def test_board_regs():
         # work request post: held until taken, a second post while pending is refused
         for i in range(7):
             assert await _lite_write(ctx, s, 0x810 + 4 * i, (wr >> (32 * i)) & 0xFFFF_FFFF) == 0
+        for i in range(7):                                          # WR_DATA reads back
+            assert await _lite_read(ctx, s, 0x810 + 4 * i) == ((wr >> (32 * i)) & 0xFFFF_FFFF, 0)
+        assert await _lite_read(ctx, s, 0x808) == (0, 2)            # WR_POST: write-only
+        # MAC / NIC counters: each register reads its own input
+        for i in range(14):
+            ctx.set(regs.counters[i], 0x1000_0000 * (i % 8) + 0x100 * i + 1)
+        for i in range(5):
+            ctx.set(regs.nic_stats[i], 0xABC0_0000 + i)
+        for i in range(14):
+            off = 0x840 + 0x20 * (i // 7) + 4 * (i % 7)
+            assert await _lite_read(ctx, s, off) == (0x1000_0000 * (i % 8) + 0x100 * i + 1, 0)
+        for i in range(5):
+            assert await _lite_read(ctx, s, 0x880 + 4 * i) == (0xABC0_0000 + i, 0)
         assert await _lite_write(ctx, s, 0x808, 1) == 0
         assert ctx.get(regs.m_wr.valid) and ctx.get(regs.m_wr.payload.as_value()) == wr
         assert (await _lite_read(ctx, s, 0x804))[0] & 0x100

@@ -13,7 +13,8 @@ import random
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from mrcnic.rtl.nscc import NSCC_DEFAULTS, UPDATE_CYCLES, Nscc, NsccConfig, NsccUpdate, nscc_config
+from mrcnic.rtl.nscc import (CONFIG_CYCLES, NSCC_DEFAULTS, UPDATE_CYCLES, Nscc, NsccConfig,
+                             NsccUpdate, nscc_config)
 from mrcnic.sim.rtlsim import run_rtl
 from mrcnic.sim.tb import StreamSource, pack, start
 
@@ -91,6 +92,8 @@ class TB:
         self.dut.cfg_w_en.value = 0
         self.models[qp] = Model(cfg, self.now)
         await RisingEdge(self.dut.clk)
+        assert self.cwnd(qp) == cfg["init_cwnd"]          # at once, then clamped (when idle)
+        await ClockCycles(self.dut.clk, CONFIG_CYCLES)
         assert self.cwnd(qp) == self.models[qp].cwnd
 
     def cwnd(self, qp):
@@ -207,6 +210,39 @@ async def run_latency_and_cancel(dut):
         assert tb.cwnd(1) == 30_000
         assert tb.cwnd(0) == tb.models[0].update(tb.now, 4000, 100, 0, 0)
         assert tb.cwnd(0) > 20_000 + delay
+
+
+@cocotb.test()
+async def run_config_clamp(dut):
+    """init_cwnd outside [min_cwnd, max_cwnd] is clamped by a job after any update in flight."""
+    tb = TB(dut)
+    await tb.start()
+    # idle: clamped CONFIG_CYCLES after the write (above max_cwnd, then below min_cwnd)
+    await tb.configure(0, min_cwnd=4096, max_cwnd=65536, init_cwnd=100_000)
+    assert tb.cwnd(0) == 65536
+    await tb.configure(1, min_cwnd=8192, max_cwnd=65536, init_cwnd=1000)
+    assert tb.cwnd(1) == 8192
+    # writes to both QPs in back-to-back cycles while an update of QP 0 is in flight: the
+    # update completes (QP 0's write cancels it), then both windows are clamped
+    tb.upd.send(pack(NsccUpdate, {"qp": 0, "acked": 60_000, "rtt_ns": 100}))
+    while not tb.upd.empty():
+        await RisingEdge(dut.clk)
+    await ClockCycles(dut.clk, 5)
+    for qp, init in ((1, 1 << 20), (0, 10)):
+        cfg = dict(NSCC_DEFAULTS, min_cwnd=5000, max_cwnd=70_000, init_cwnd=init)
+        dut.cfg_w_addr.value = qp
+        dut.cfg_w_data.value = pack(NsccConfig, cfg)
+        dut.cfg_w_en.value = 1
+        await RisingEdge(dut.clk)
+        tb.models[qp] = Model(cfg, tb.now)
+    dut.cfg_w_en.value = 0
+    await RisingEdge(dut.clk)
+    assert (tb.cwnd(0), tb.cwnd(1)) == (10, 1 << 20)          # raw until clamped
+    await ClockCycles(dut.clk, UPDATE_CYCLES + 2 * CONFIG_CYCLES + 2)
+    assert (tb.cwnd(0), tb.cwnd(1)) == (5000, 70_000)
+    # and updates still follow the model
+    for qp in (0, 1, 0):
+        await tb.update(qp, acked=4000, rtt=100)
 
 
 def test_nscc(tmp_path):
