@@ -22,63 +22,74 @@ honours.)
 
 Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
 --------------------------------------------------------------------------------
-* **A** (request register): the profile's range mask AND the live eligible
-  bitmap gives the candidates; per group of 16 entries an "any" bit and the
-  lowest candidate are computed.  A request with no candidate waits here
-  (``no_path``); A also waits while the output could not absorb it (credit:
-  skid-FIFO level + requests in B, C and D < ``OUT_DEPTH``), so B, C, D never stall.
-* **B**: for every group, the first candidate of the next non-empty group after
-  it (wrapping to the lowest), registered: the group-level search is done.
-* **C** (the only loop, one cycle): the QP position (forwarded from a same-QP
-  pick in the previous cycle, otherwise the QP's registers) either repeats
-  (still a candidate and fewer decisions than its weight: the ``multi``
-  candidate bitmap after one decision, then a registered weight snapshot),
-  takes the next candidate in its own group (a 16-bit find-next), or takes
-  the registered next-group candidate.
-* **D / output**: the pick is registered (D), then goes to the decision
-  register (or a ``OUT_DEPTH``-entry skid FIFO under backpressure); the
-  table's block RAM is read from D or the FIFO when the decision register is
-  loaded, so it is outside the loop.
+* **input**: per client a 2-entry skid register (``ready`` is registered); the
+  range's compares (base / end group, bit thermometers) are done on the way in.
+* **I**: the clients' heads are taken one per clock (round robin when both
+  wait) and the request's range mask is registered; I is itself a 2-entry skid,
+  so stage A's stall does not reach back into the inputs.
+* **A** (the waiting stage): the range mask AND the live eligible bitmap gives the
+  candidates (registered: both the entering and the waiting request's versions are
+  computed, A's stall picks one); per group of 16 entries the lowest candidate and
+  the next non-empty group's first candidate.  A request with no candidate waits
+  here (``no_path``); A also waits while its client's output could not absorb it
+  (a registered credit: requests in B, C, D and the skid FIFO < ``OUT_DEPTH``), so
+  B, C, D never stall.  B reads the QP's state (a LUT RAM) at the A -> B edge.
+* **C** (the only loop, one cycle): the QP position (forwarded from a same-QP pick
+  in C, D or E, otherwise B's read) either repeats (still a candidate and fewer
+  decisions than its weight: the ``multi`` bitmap after one decision, then a weight
+  snapshot), takes the next candidate in its own group, or takes the next-group
+  candidate.  C's state is prepared for its request as it enters C (candidates
+  above the position, repeat vector, next-group candidate, "n < weight"), so the
+  loop is a 16-bit find-lowest, a 16-bit AND-OR and muxes whose last level is
+  selected by the repeat decision.
+* **D**: the pick, registered and written back to the QP's state (E keeps a copy
+  for the request B read before the write landed).
+* **output** (per client): a ``OUT_DEPTH``-entry skid FIFO of picks, then a two-stage
+  table read: S1 the block-RAM read (from the FIFO head, else D's pick), S2 the
+  decision (``valid``/``index`` registers, ``entry`` straight from the read port's
+  output register: the EBR's own, ~1 ns clock-to-out).  A full S2 holds S1 and the
+  read port; a read that clashed with a same-cycle table write is issued again.
 
 Two clients (``clients=2``)
 ---------------------------
 The receive pipeline's ACKs are sprayed over the same path table as the data
 (MRC: an ACK goes back over an EV of the QP's own profile).  With ``clients=2``
 one scheduler serves both: ``req``/``decision`` (client 0, data) and
-``req_1``/``decision_1`` (client 1, ACKs).  Stage A takes the requests of the
+``req_1``/``decision_1`` (client 1, ACKs).  Stage I takes the requests of the
 two clients in turn (round robin when both wait); each client has its own
-per-QP positions (so ACKs do not disturb the data's rounds), its own skid FIFO
-and decision register; the table's one read port is granted to one client per
-clock (round robin), the other client's decision keeps a registered copy of
-its entry.  ``avoid`` (ECN steering of data) applies to client 0 only.  One
-decision per clock in total; a request waits in A while its own client's
-output is full, which also holds the other client's requests behind it (at
-most ``OUT_DEPTH`` + 1 decisions of one packet each).
+per-QP positions (so ACKs do not disturb the data's rounds), its own skid FIFO,
+its own table read port (``PathTable(read_ports=2)``: the block RAM is kept twice,
+12 EBRs at depth 32) and decision register.  ``avoid`` (ECN steering of data)
+applies to client 0 only.  One decision per clock in total; a request waits in A
+while its own client's output is full, which also holds the other client's
+requests behind it (at most ``OUT_DEPTH`` + 2 decisions of one packet each).
 
 Changes while traffic runs
 --------------------------
 The candidates of a request are taken in stage A from the eligible bitmap, so
 state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
-every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 6 or more cycles after
+every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after
 the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
-already scheduled (in B, C, D or the skid FIFO) are not withdrawn.  Other
-weight changes apply within two decisions of a burst (the burst count is
-checked against a weight snapshot read from the table's LUT-RAM copy one
-cycle after the entry was picked; the first repeat uses the ``multi`` bitmap).
+already scheduled (in B, C, D, the skid FIFO or the read stages) are not
+withdrawn.  Other weight changes apply within two decisions of a burst (the burst
+count is checked against a weight snapshot read from the table's LUT-RAM copy
+when the entry had its first decision; the first repeat uses the ``multi``
+bitmap).  A decision's ``entry`` is the record as of its block-RAM read, which is
+``READ_LATENCY`` = 2 cycles before ``valid`` rises (writes of that cycle and earlier
+included: a read clashing with a same-cycle write is redone); a decision held by
+``ready`` low keeps the record it was read with.
 
 Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
 LFE5U-25F CABGA256, ``python -m mrcnic.boards.fmax spray``, depth 32, two clients):
-2.1k LUT4, 1.6k FFs, 6 DP16KD, 107-109 MHz (was 1.7k / 1.3k / 6 / 94 MHz).  Positions
-are (group, one-hot bit, bits above it), so stage C is a mask, a 16-bit lowest-bit
-prefix OR and a mux; A registers its candidates (both the entering and the waiting
-request's versions are computed, ``in_ready`` picks one), B reads the QP registers and
-C forwards from C, D and E (the write-back happens in D).  The remaining critical path
-is the table's block-RAM clock-to-out into the decision register (``entry`` copy).
+1.78k LUT4 (TRELLIS_COMB), 0.94k FFs, 12 DP16KD, 131 MHz (seed 1) / 134 MHz (seed 2)
+(was 2.1k / 1.6k / 6 / 109 MHz).  The critical path is the loop in C (six LUT
+levels: find-lowest -> forwarded next state).
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, MAX_QPS, Decision, EvState, PathEntry, SprayReq
@@ -86,9 +97,9 @@ from .path_table import PathTable
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
-SETTLE_CYCLES = 6   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
-LATENCY = 5         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
-OUT_DEPTH = 4       #: decision skid FIFO entries (covers the 3 scheduled-ahead stages + 1)
+SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+LATENCY = 8         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+OUT_DEPTH = 5       #: decision skid FIFO entries (the 3 scheduled-ahead stages + 1, + 1 for the credit's delay)
 
 
 def _first_set(m, vec, width, name):
@@ -111,6 +122,29 @@ def _lowest(m, vec, name):
     oh = Signal(16, name=f"{name}_oh")
     m.d.comb += oh.eq(vec & ~above)
     return oh, above
+
+
+def _lowest_index(m, vec, name):
+    """Index (4 bits) of the lowest set bit of the 16-bit ``vec`` (0 when none): per nibble an
+    "any" bit and a local index, then the first non-empty nibble selects (3 LUT levels)."""
+    blk = [vec[4 * j:4 * j + 4].any() for j in range(4)]
+    loc = []
+    for j in range(4):
+        v = vec[4 * j:4 * j + 4]
+        li = Signal(2, name=f"{name}_li{j}")
+        m.d.comb += li.eq(Mux(v[0], 0, Mux(v[1], 1, Mux(v[2], 2, 3))))
+        loc.append(li)
+    idx = Signal(4, name=f"{name}_idx")
+    m.d.comb += idx.eq(Mux(blk[0], Cat(loc[0], C(0, 2)), Mux(blk[1], Cat(loc[1], C(1, 2)),
+                       Mux(blk[2], Cat(loc[2], C(2, 2)), Cat(loc[3], C(3, 2))))))
+    return idx
+
+
+def _above(m, oh, name):
+    """Bits strictly above the set bit of the 16-bit one-hot ``oh`` (its prefix OR)."""
+    ab = Signal(16, name=f"{name}_ab")
+    m.d.comb += [ab[i].eq(oh[:i].any()) for i in range(1, 16)]
+    return ab
 
 
 def _encode(oh):
@@ -137,12 +171,13 @@ class SprayScheduler(wiring.Component):
         leaves the request waiting (``no_path``).
     decision : Out(stream.Signature(Decision))
         {index (8 bits), entry (PathEntry, 184 bits)}; ``entry`` is the table
-        record read when the decision is loaded into the output register (a
-        same-cycle wide write to it is included) with ``state`` GOOD, the state
-        every selected entry has.  Latency ``LATENCY`` = 5 cycles from the
+        record as of the cycle ``READ_LATENCY`` = 2 cycles before ``valid`` rose
+        (see "Changes while traffic runs"), from flip-flops, with ``state`` GOOD, the state
+        every selected entry has.  Latency ``LATENCY`` = 8 cycles from the
         request transfer; one decision per clock sustained when ``req`` is
         always valid and ``decision`` always ready.  Under backpressure up to
-        ``OUT_DEPTH`` + 1 decisions are buffered; ``req.ready`` then falls.
+        ``OUT_DEPTH`` + 2 decisions are buffered, then 2 requests in the input
+        skid; ``req.ready`` (registered) then falls.
     req_1, decision_1 : (``clients=2`` only) the second client's pair, as ``req`` /
         ``decision``; its decisions ignore ``avoid``.
     no_path : Out(1)
@@ -196,7 +231,7 @@ class SprayScheduler(wiring.Component):
         decs = [self.decision] + ([self.decision_1] if two else [])
         n_key = MAX_QPS * self.clients  # per-QP positions of each client
 
-        m.submodules.table = table = PathTable(depth)
+        m.submodules.table = table = PathTable(depth, read_ports=self.clients)
         m.d.comb += [
             table.w_en.eq(self.w_en), table.w_addr.eq(self.w_addr), table.w_data.eq(self.w_data),
             table.st_en.eq(self.st_en), table.st_addr.eq(self.st_addr),
@@ -210,41 +245,79 @@ class SprayScheduler(wiring.Component):
         def gidx(first, g):             # entry index from a 4-bit in-group index and a group
             return Cat(first, C(g, 4))[:8] if isinstance(g, int) else Cat(first, g[:4])[:8]
 
-        # ---- input: one request per clock, the two clients in turn ---------------------------
-        in_ready = Signal()
-        in_valid = Signal()
-        sel = Signal()                  # client of the request taken (0 with one client)
-        req = Signal(SprayReq)
+        # ---- input: per client a 2-entry skid register (``ready`` is registered; the range's
+        # compares are done on the way in); stage I takes the heads one per clock (the two
+        # clients in turn) and registers the request's range mask -------------------------------
+        # the range [base, base + count) is kept as compares: per group "below / in / above"
+        # the base's and the end's group, per bit of a group "at or above the base's bit" and
+        # "below the end's bit" (the mask is then two LUT levels of them)
+        req_in = data.StructLayout({"qp": 3, "lo_th": 16, "hi_th": 16, "lo_gt": n_grp,
+                                    "lo_eq": n_grp, "hi_gt": n_grp, "hi_eq": n_grp})
+        heads = []
+        for k, r in enumerate(reqs):
+            main, skid = Signal(req_in, name=f"in{k}_main"), Signal(req_in, name=f"in{k}_skid")
+            main_v, skid_v = Signal(name=f"in{k}_main_v"), Signal(name=f"in{k}_skid_v")
+            take = Signal(name=f"in{k}_take")
+            new = Signal(req_in, name=f"in{k}_new")
+            end = Signal(10, name=f"in{k}_end")
+            base = r.payload.base
+            m.d.comb += [end.eq(base + r.payload.count), new.qp.eq(r.payload.qp),
+                         r.ready.eq(~skid_v)]
+            gb, bb, ge, be = base[4:8], base[:4], end[4:], end[:4]
+            m.d.comb += [new.lo_th[b].eq(bb <= b) for b in range(16)]
+            m.d.comb += [new.hi_th[b].eq(be > b) for b in range(16)]
+            for g in range(n_grp):
+                m.d.comb += [new.lo_gt[g].eq(gb < g), new.lo_eq[g].eq(gb == g),
+                             new.hi_gt[g].eq(ge > g), new.hi_eq[g].eq(ge == g)]
+            accept = r.valid & ~skid_v
+            with m.If(take | ~main_v):
+                with m.If(skid_v):
+                    m.d.sync += [main.eq(skid), skid_v.eq(0)]
+                with m.Else():
+                    m.d.sync += [main.eq(new), main_v.eq(accept)]
+            with m.Elif(accept):
+                m.d.sync += [skid.eq(new), skid_v.eq(1)]
+            heads.append((main_v, main, take))
+
+        def range_mask(r, name):        # entries base <= i < base + count of head r
+            rng = Signal(depth, name=f"{name}_rng")
+            for g in range(n_grp):
+                for b in range(16):
+                    m.d.comb += rng[16 * g + b].eq((r.lo_gt[g] | (r.lo_eq[g] & r.lo_th[b]))
+                                                   & (r.hi_gt[g] | (r.hi_eq[g] & r.hi_th[b])))
+            return rng
+        in_ready = Signal()             # stage A takes I's request
+        i_valid, i_key, i_rng = Signal(), Signal(range(n_key)), Signal(depth)
+        s_valid, s_key, s_rng = Signal(name="i_spare_v"), Signal(range(n_key), name="i_spare_key"), \
+            Signal(depth, name="i_spare_rng")
+        h_take = Signal()               # a head is taken into I this cycle
+        h_key, h_rng = Signal(range(n_key), name="h_key"), Signal(depth, name="h_rng")
         if two:
             prefer1 = Signal()
-            m.d.comb += [
-                sel.eq(self.req_1.valid & (~self.req.valid | prefer1)),
-                req.eq(Mux(sel, self.req_1.payload, self.req.payload)),
-                in_valid.eq(self.req.valid | self.req_1.valid),
-                self.req.ready.eq(in_ready & ~sel), self.req_1.ready.eq(in_ready & sel),
-            ]
-            with m.If(in_ready & in_valid):
+            (v0, h0, t0), (v1, h1, t1) = heads
+            sel = Signal()
+            m.d.comb += [sel.eq(v1 & (~v0 | prefer1)),
+                         t0.eq(~s_valid & v0 & ~sel), t1.eq(~s_valid & sel),
+                         h_take.eq(~s_valid & (v0 | v1)),
+                         h_key.eq(Cat(Mux(sel, h1.qp, h0.qp), sel)),
+                         # both masks are computed and the grant picks one
+                         h_rng.eq(Mux(sel, range_mask(h1, "req1"), range_mask(h0, "req0")))]
+            with m.If(h_take):
                 m.d.sync += prefer1.eq(~sel)
         else:
-            m.d.comb += [req.eq(self.req.payload), in_valid.eq(self.req.valid),
-                         self.req.ready.eq(in_ready)]
+            (v0, h0, t0), = heads
+            m.d.comb += [t0.eq(~s_valid & v0), h_take.eq(~s_valid & v0), h_key.eq(h0.qp),
+                         h_rng.eq(range_mask(h0, "req"))]
+        with m.If(in_ready | ~i_valid):
+            with m.If(s_valid):
+                m.d.sync += [i_valid.eq(1), i_key.eq(s_key), i_rng.eq(s_rng), s_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [i_valid.eq(h_take), i_key.eq(h_key), i_rng.eq(h_rng)]
+        with m.Elif(h_take):
+            m.d.sync += [s_valid.eq(1), s_key.eq(h_key), s_rng.eq(h_rng)]
+        i_client = i_key[3] if two else C(0, 1)
 
         # ---- stage A: accepted request, its range mask and candidate groups -------------------
-        def range_mask(r, name):        # entries base <= i < base + count of request r
-            end = Signal(10, name=f"{name}_end")
-            rng = Signal(depth, name=f"{name}_rng")
-            m.d.comb += end.eq(r.base + r.count)
-            gb, bb, ge, be = r.base[4:8], r.base[:4], end[4:], end[:4]
-            for g in range(n_grp):
-                lo_g, lo_eq = gb < g, gb == g
-                hi_g, hi_eq = ge > g, ge == g
-                for b in range(16):
-                    m.d.comb += rng[16 * g + b].eq((lo_g | (lo_eq & (bb <= b)))
-                                                   & (hi_g | (hi_eq & (be > b))))
-            return rng
-        # with two clients both masks are computed and the grant picks one (off the adder path)
-        rng = (Mux(sel, range_mask(self.req_1.payload, "req1"), range_mask(self.req.payload, "req0"))
-               if two else range_mask(req, "req"))
         a_valid = Signal()
         a_key = Signal(range(n_key))    # position key: QP (+ MAX_QPS for client 1)
         a_rng = Signal(depth)
@@ -257,7 +330,7 @@ class SprayScheduler(wiring.Component):
         def live(client):
             return table.eligible & ~Mux(client, 0, self.avoid)
         cand_in, cand_wait = Signal(depth), Signal(depth)
-        m.d.comb += [cand_in.eq(rng & live(sel)), cand_wait.eq(a_rng & live(a_client))]
+        m.d.comb += [cand_in.eq(i_rng & live(i_client)), cand_wait.eq(a_rng & live(a_client))]
         a_any = Signal(n_grp)
         m.d.sync += [
             a_cand.eq(Mux(in_ready, cand_in, cand_wait)),
@@ -269,79 +342,96 @@ class SprayScheduler(wiring.Component):
         for g, vec in enumerate(groups(a_cand)):
             a_first.append(_lowest(m, vec, f"a_first{g}"))
         a_have = a_any.any()
+        _, a_low = _first_set(m, a_any, n_grp, "a_low")
+        a_nf = []                        # first candidate after group g (wraps to the lowest)
+        a_firsts = Array(f[0] for f in a_first)
+        a_aboves = Array(f[1] for f in a_first)
+        for g in range(n_grp):
+            above = a_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
+            if g < n_grp - 1:
+                has, g2 = _first_set(m, above, n_grp, f"a_above{g}")
+                gsel = Mux(has, g2, a_low)
+            else:
+                gsel = a_low
+            gs = Signal(gbits, name=f"a_nfg{g}")
+            m.d.comb += gs.eq(gsel)
+            a_nf.append((gs, a_firsts[gs] if n_grp > 1 else a_first[0][0],
+                         a_aboves[gs] if n_grp > 1 else a_first[0][1]))
 
         # ---- stage B: next non-empty group after each group (wrapping), from registers ---------
-        # A position is (group, one-hot bit in the group, bits above it in the group): the
+        # A position is (group, one-hot bit in the group, bits above it in the group, index): the
         # selection loop in C then needs no index compare, shift or priority encoder.
         b_valid = Signal()
         b_key = Signal(range(n_key))
         b_cand = Signal(depth)
         b_multi = Signal(depth)
-        b_any = Signal(n_grp)
-        b_first = Array(Signal(16, name=f"b_first{g}") for g in range(n_grp))
-        b_above = Array(Signal(16, name=f"b_fabove{g}") for g in range(n_grp))
-        # the request's QP position as read from the QP's registers at the A -> B edge
+        # per group g: the first candidate of the next non-empty group after g (wrapping),
+        # computed in A (from its registered group "any" bits)
+        b_nfg = [Signal(gbits, name=f"b_nfg{g}") for g in range(n_grp)]
+        b_nfoh = [Signal(16, name=f"b_nfoh{g}") for g in range(n_grp)]
+        b_nfab = [Signal(16, name=f"b_nfab{g}") for g in range(n_grp)]
+        # the request ahead of this one is now in C / D / E and has the same key (registered
+        # when this request entered B)
+        b_eq_c, b_eq_d, b_eq_e = Signal(name="b_eq_c"), Signal(name="b_eq_d"), Signal(name="b_eq_e")
+        # the request's QP state as read from the QP's registers at the A -> B edge
         b_g, b_oh, b_ab = Signal(gbits, name="b_g"), Signal(16, name="b_oh"), Signal(16, name="b_ab")
-        b_ok, b_n, b_fst, b_w = (Signal(name="b_ok"), Signal(8, name="b_n"), Signal(name="b_fst"),
-                                 Signal(8, name="b_w"))
-        _, b_low = _first_set(m, b_any, n_grp, "b_low")
-        b_nf = []                        # first candidate after group g (wraps to the lowest)
-        for g in range(n_grp):
-            above = b_any & (((1 << n_grp) - 1) & ~((2 << g) - 1))
-            if g < n_grp - 1:
-                has, g2 = _first_set(m, above, n_grp, f"b_above{g}")
-                gsel = Mux(has, g2, b_low)
-            else:
-                gsel = b_low
-            gs = Signal(gbits, name=f"b_nfg{g}")
-            m.d.comb += gs.eq(gsel)
-            b_nf.append((gs, b_first[gs], b_above[gs]))
+        b_idx, b_ok, b_n, b_fst, b_w = (Signal(8, name="b_idx"), Signal(name="b_ok"),
+                                        Signal(8, name="b_n"), Signal(name="b_fst"),
+                                        Signal(8, name="b_w"))
+        b_nf = list(zip(b_nfg, b_nfoh, b_nfab))
+
+        def nf_of(g):                   # (group, one-hot, above) of b_nf[g]
+            if n_grp == 1:
+                return b_nf[0]
+            return tuple(Array(x[i] for x in b_nf)[g] for i in range(3))
+
+        def grp_of(vec, g):             # 16-bit group g of a depth-bit vector
+            return Array(groups(vec))[g] if n_grp > 1 else vec
 
         # ---- stage C: selection (the only loop: per-QP position read-modify-write) -------------
+        # C's state is prepared for its request when it enters C: the candidates above the
+        # position (``c_x``), the entries the position may repeat on (``c_v``: the multi bitmap
+        # after a first decision, else the candidates) and the next-group candidate (``c_nf*``),
+        # so the loop is a find-lowest over 16 bits, a 16-bit AND-OR and the muxes.
         c_valid = Signal()
         c_key = Signal(range(n_key))
-        c_cand = Signal(depth)
-        c_multi = Signal(depth)
-        c_nf_g = Array(Signal(gbits, name=f"c_nfg{g}") for g in range(n_grp))
-        c_nf_oh = Array(Signal(16, name=f"c_nfoh{g}") for g in range(n_grp))
-        c_nf_ab = Array(Signal(16, name=f"c_nfab{g}") for g in range(n_grp))
-        # position: group, one-hot bit and the bits above it; valid; decisions in a row
-        c_g, c_oh, c_ab = Signal(gbits, name="c_g"), Signal(16, name="c_oh"), Signal(16, name="c_ab")
-        c_ok, n = Signal(), Signal(8)
+        c_g, c_oh = Signal(gbits, name="c_g"), Signal(16, name="c_oh")
+        c_idx = Signal(8)
+        c_x, c_v = Signal(16, name="c_x"), Signal(16, name="c_v")
+        n = Signal(8)
         c_first = Signal()              # n == 1 (c is fresh: its weight is not snapshotted yet)
         c_w = Signal(8)                 # weight snapshot of c (valid when n >= 2)
+        c_more = Signal()               # n == 1 or n < c_w (registered: off the loop)
+        c_nfg, c_nfoh = Signal(gbits, name="c_nfg"), Signal(16, name="c_nfoh")
+        # from registers, off the loop: the bits above c / the next-group candidate, its index
+        c_nfab = Signal(16, name="c_nfab")
+        c_ab = _above(m, c_oh, "c")
+        c_nfidx = Cat(_encode(c_nfoh), c_nfg)[:8]
 
-        cur = Array(Signal(8, name=f"cur{q}") for q in range(n_key))
-        cur_ok = Array(Signal(name=f"cur_ok{q}") for q in range(n_key))
-        cnt = Array(Signal(8, name=f"cnt{q}") for q in range(n_key))
-        fst = Array(Signal(name=f"fst{q}") for q in range(n_key))     # cnt == 1
-        wgt = Array(Signal(8, name=f"wgt{q}") for q in range(n_key))
+        # Per-QP state: {position index, decisions in a row, == 1, weight snapshot} in a LUT RAM
+        # (written by D, read asynchronously at the A -> B edge); "has a position" in flip-flops
+        # (reset to none).
+        qp_state = data.StructLayout({"cur": 8, "cnt": 8, "fst": 1, "wgt": 8})
+        m.submodules.qp_mem = qp_mem = Memory(shape=qp_state, depth=n_key, init=[])
+        qp_wp = qp_mem.write_port()
+        qp_rp = qp_mem.read_port(domain="comb")
+        cur_ok = Signal(n_key)
 
         # Weight snapshot: the LUT-RAM weight of c, read every cycle, registered (off the loop).
-        c_idx = Signal(8)
-        m.d.comb += [c_idx.eq(Cat(_encode(c_oh), c_g)[:8]), table.wt_addr.eq(c_idx)]
-        if n_grp > 1:
-            cand_g, multi_g = Array(groups(c_cand))[c_g], Array(groups(c_multi))[c_g]
-        else:
-            cand_g, multi_g = c_cand, c_multi
-        in_cand = (c_oh & cand_g).any()
-        multi = (c_oh & multi_g).any()
+        m.d.comb += table.wt_addr.eq(c_idx)
+        nx_oh, nx_ab = _lowest(m, c_x, "nx")
+        nx_i = _lowest_index(m, c_x, "nx")
+        any_in = Signal()
         repeat = Signal()
-        m.d.comb += repeat.eq(c_ok & in_cand & Mux(c_first, multi, n < c_w))
-        masked = Signal(16)
-        m.d.comb += masked.eq(cand_g & c_ab)
-        nx_oh, nx_ab = _lowest(m, masked, "above")
-        any_in = masked.any()
-        nf_sel = Mux(c_ok, c_g, n_grp - 1)
+        m.d.comb += [any_in.eq(c_x.any()), repeat.eq((c_oh & c_v).any() & c_more)]
         p_g, p_oh, p_ab = (Signal(gbits, name="p_g"), Signal(16, name="p_oh"),   # the pick
                            Signal(16, name="p_ab"))
-        with m.If(repeat):
-            m.d.comb += [p_g.eq(c_g), p_oh.eq(c_oh), p_ab.eq(c_ab)]
-        with m.Elif(c_ok & any_in):
-            m.d.comb += [p_g.eq(c_g), p_oh.eq(nx_oh), p_ab.eq(nx_ab)]
-        with m.Else():
-            m.d.comb += [p_g.eq(c_nf_g[nf_sel]), p_oh.eq(c_nf_oh[nf_sel]),
-                         p_ab.eq(c_nf_ab[nf_sel])]
+        p_idx = Signal(8, name="p_idx")
+        nx_idx = Cat(nx_i, c_g)[:8]
+        # repeat (the latest signal) is the last mux level
+        for p_x, c_x_, nx_x, nf_x in ((p_g, c_g, c_g, c_nfg), (p_oh, c_oh, nx_oh, c_nfoh),
+                                      (p_ab, c_ab, nx_ab, c_nfab), (p_idx, c_idx, nx_idx, c_nfidx)):
+            m.d.comb += p_x.eq(Mux(repeat, c_x_, Mux(any_in, nx_x, nf_x)))
         new_n = Signal(8)
         m.d.comb += new_n.eq(Mux(repeat, n + 1, 1))
 
@@ -351,124 +441,168 @@ class SprayScheduler(wiring.Component):
         d_g, d_oh, d_ab = Signal(gbits, name="d_g"), Signal(16, name="d_oh"), Signal(16, name="d_ab")
         d_n, d_first, d_w = Signal(8, name="d_n"), Signal(name="d_first"), Signal(8, name="d_w")
         d_index = Signal(8)
-        m.d.comb += d_index.eq(Cat(_encode(d_oh), d_g)[:8])
         m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_g.eq(p_g), d_oh.eq(p_oh),
-                     d_ab.eq(p_ab), d_n.eq(new_n), d_first.eq(~repeat), d_w.eq(table.wt_data)]
+                     d_ab.eq(p_ab), d_index.eq(p_idx), d_n.eq(new_n), d_first.eq(~repeat),
+                     d_w.eq(table.wt_data)]
+        m.d.comb += [qp_wp.en.eq(d_valid), qp_wp.addr.eq(d_key), qp_wp.data.cur.eq(d_index),
+                     qp_wp.data.cnt.eq(d_n), qp_wp.data.fst.eq(d_first), qp_wp.data.wgt.eq(d_w)]
         with m.If(d_valid):
-            m.d.sync += [cur[d_key].eq(d_index), cur_ok[d_key].eq(1), cnt[d_key].eq(d_n),
-                         fst[d_key].eq(d_first), wgt[d_key].eq(d_w)]
+            m.d.sync += cur_ok.bit_select(d_key, 1).eq(1)
         # stage E: a copy of the last write-back (B read the QP's registers before it landed)
         e_valid, e_key = Signal(), Signal(range(n_key))
         e_g, e_oh, e_ab = Signal(gbits, name="e_g"), Signal(16, name="e_oh"), Signal(16, name="e_ab")
         e_n, e_first, e_w = Signal(8, name="e_n"), Signal(name="e_first"), Signal(8, name="e_w")
+        e_index = Signal(8, name="e_index")
         m.d.sync += [e_valid.eq(d_valid), e_key.eq(d_key), e_g.eq(d_g), e_oh.eq(d_oh),
-                     e_ab.eq(d_ab), e_n.eq(d_n), e_first.eq(d_first), e_w.eq(d_w)]
-        # ---- stage D and output: per client a skid FIFO and a decision register ---------------
-        out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index)
+                     e_ab.eq(d_ab), e_index.eq(d_index), e_n.eq(d_n), e_first.eq(d_first),
+                     e_w.eq(d_w)]
+        # ---- stage D and output: per client a skid FIFO, a table read port, a decision -----
+        out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index, table)
                for k, dec in enumerate(decs)]
-        # the table's read port: one client per clock (round robin when both want it)
-        if two:
-            prio1 = Signal()
-            m.d.comb += [out[1]["take"].eq(out[1]["want"] & (~out[0]["want"] | prio1)),
-                         out[0]["take"].eq(out[0]["want"] & ~out[1]["take"])]
-            with m.If(out[0]["take"]):
-                m.d.sync += prio1.eq(1)
-            with m.Elif(out[1]["take"]):
-                m.d.sync += prio1.eq(0)
-        else:
-            m.d.comb += out[0]["take"].eq(out[0]["want"])
-        m.d.comb += [table.rd_en.eq(out[0]["take"] | (out[1]["take"] if two else 0)),
-                     table.rd_addr.eq(Mux(out[1]["take"], out[1]["src"], out[0]["src"])
-                                      if two else out[0]["src"])]
-        for k, (o, dec) in enumerate(zip(out, decs)):
-            entry = table.rd_data
-            if two:                     # the read port moves on: keep a copy of this client's entry
-                fresh = Signal(name=f"fresh{k}")
-                held = Signal(PathEntry, name=f"entry{k}")
-                m.d.sync += fresh.eq(o["take"])
-                with m.If(fresh):
-                    m.d.sync += held.eq(table.rd_data)
-                entry = Mux(fresh, table.rd_data, held)
-            m.d.comb += [dec.payload.entry.eq(entry),
-                         dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
 
         # ---- pipeline control: A advances only with room for everything ahead of it ------------
-        def inflight(k):
-            return sum((v & (self._client(key) == k)) for v, key in
-                       ((b_valid, b_key), (c_valid, c_key), (d_valid, d_key)))
+        # Per client, a count of its requests in B, C, D and its FIFO (the credit): A advances
+        # while it is below OUT_DEPTH.  The count is registered and a read taken from the FIFO
+        # or D frees its place one cycle late (off the read-port arbitration path), which the
+        # FIFO's extra entry covers; this cycle's advance is counted at once.
         room = Signal()
-        m.d.comb += room.eq(Array(o["fifo"].level + inflight(k) < OUT_DEPTH
-                                  for k, o in enumerate(out))[a_client])
         advance = Signal()
+        rooms = []
+        for k, o in enumerate(out):
+            credit = Signal(range(OUT_DEPTH + 1), name=f"credit{k}")
+            rk = Signal(name=f"room{k}", init=1)
+            pop_q = Signal(name=f"pop_q{k}")
+            inc = advance & (a_client == k)
+            m.d.sync += pop_q.eq(o["pop"])
+            # the count's +1 / -1 / compare are done on the register, inc/pop only select
+            with m.If(inc & ~pop_q):
+                m.d.sync += [credit.eq(credit + 1), rk.eq(credit < OUT_DEPTH - 1)]
+            with m.Elif(pop_q & ~inc):
+                m.d.sync += [credit.eq(credit - 1), rk.eq(1)]
+            rooms.append(rk)
+        m.d.comb += room.eq(Array(rooms)[a_client] if two else rooms[0])
         m.d.comb += [
             advance.eq(a_valid & a_have & room),
             in_ready.eq(~a_valid | advance),
             self.no_path.eq(a_valid & ~a_have),
         ]
         with m.If(in_ready):
-            m.d.sync += [a_valid.eq(in_valid), a_key.eq(Cat(req.qp, sel) if two else req.qp),
-                         a_rng.eq(rng)]
+            m.d.sync += [a_valid.eq(i_valid), a_key.eq(i_key), a_rng.eq(i_rng)]
         # B's data registers load every cycle (only b_valid says whether they hold a request):
         # no clock-enable fan-out from the candidate search
         m.d.sync += b_valid.eq(advance)
-        m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi), b_any.eq(a_any)]
-        m.d.sync += [b_first[g].eq(a_first[g][0]) for g in range(n_grp)]
-        m.d.sync += [b_above[g].eq(a_first[g][1]) for g in range(n_grp)]
-        pos = cur[a_key]
-        m.d.sync += [b_g.eq(pos[4:4 + gbits]), b_ok.eq(cur_ok[a_key]), b_n.eq(cnt[a_key]),
-                     b_fst.eq(fst[a_key]), b_w.eq(wgt[a_key])]
+        m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi)]
+        m.d.sync += [b_nfg[g].eq(a_nf[g][0]) for g in range(n_grp)]
+        m.d.sync += [b_nfoh[g].eq(a_nf[g][1]) for g in range(n_grp)]
+        m.d.sync += [b_nfab[g].eq(a_nf[g][2]) for g in range(n_grp)]
+        m.d.sync += [b_eq_c.eq(b_valid & (b_key == a_key)), b_eq_d.eq(c_valid & (c_key == a_key)),
+                     b_eq_e.eq(d_valid & (d_key == a_key))]
+        m.d.comb += qp_rp.addr.eq(a_key)
+        pos = qp_rp.data.cur
+        m.d.sync += [b_g.eq(pos[4:4 + gbits]), b_idx.eq(pos), b_ok.eq(cur_ok.bit_select(a_key, 1)),
+                     b_n.eq(qp_rp.data.cnt), b_fst.eq(qp_rp.data.fst), b_w.eq(qp_rp.data.wgt)]
         m.d.sync += [b_oh[b].eq(pos[:4] == b) for b in range(16)]
         m.d.sync += [b_ab[b].eq(pos[:4] < b) for b in range(16)]
         m.d.sync += c_valid.eq(b_valid)
+
+        # the QP state from D, E or B's read ("other" than C's pick), each source's n < w
+        # compared on its own registers
+        o_g, o_oh, o_ab = Signal(gbits, name="o_g"), Signal(16, name="o_oh"), Signal(16, name="o_ab")
+        o_idx, o_ok, o_n, o_first, o_w, o_more = (
+            Signal(8, name="o_idx"), Signal(name="o_ok"), Signal(8, name="o_n"),
+            Signal(name="o_first"), Signal(8, name="o_w"), Signal(name="o_more"))
+        with m.If(b_eq_d):
+            m.d.comb += [o_g.eq(d_g), o_oh.eq(d_oh), o_ab.eq(d_ab), o_idx.eq(d_index), o_ok.eq(1),
+                         o_n.eq(d_n), o_first.eq(d_first), o_w.eq(d_w),
+                         o_more.eq(d_first | (d_n < d_w))]
+        with m.Elif(b_eq_e):
+            m.d.comb += [o_g.eq(e_g), o_oh.eq(e_oh), o_ab.eq(e_ab), o_idx.eq(e_index), o_ok.eq(1),
+                         o_n.eq(e_n), o_first.eq(e_first), o_w.eq(e_w),
+                         o_more.eq(e_first | (e_n < e_w))]
+        with m.Else():
+            m.d.comb += [o_g.eq(b_g), o_oh.eq(b_oh), o_ab.eq(b_ab), o_idx.eq(b_idx), o_ok.eq(b_ok),
+                         o_n.eq(b_n), o_first.eq(b_fst), o_w.eq(b_w),
+                         o_more.eq(b_fst | (b_n < b_w))]
+        bc_o, bm_o = grp_of(b_cand, o_g), grp_of(b_multi, o_g)
+        # C's pick forwarded: B's candidates / multi / next-group candidate in the group of c
+        # and of c's next-group candidate, each from registers (not muxed by the pick)
+        bc_c, bm_c, bc_f, bm_f = (Signal(16, name="bc_c"), Signal(16, name="bm_c"),
+                                  Signal(16, name="bc_f"), Signal(16, name="bm_f"))
+        m.d.comb += [bc_c.eq(grp_of(b_cand, c_g)), bm_c.eq(grp_of(b_multi, c_g)),
+                     bc_f.eq(grp_of(b_cand, c_nfg)), bm_f.eq(grp_of(b_multi, c_nfg))]
+        nf_c = (Signal(gbits, name="nf_c_g"), Signal(16, name="nf_c_oh"), Signal(16, name="nf_c_ab"))
+        nf_f = (Signal(gbits, name="nf_f_g"), Signal(16, name="nf_f_oh"), Signal(16, name="nf_f_ab"))
+        m.d.comb += [x.eq(y) for x, y in zip(nf_c, nf_of(c_g))]
+        m.d.comb += [x.eq(y) for x, y in zip(nf_f, nf_of(c_nfg))]
+
+        # C's next state, field by field: the three forwarded options R (repeat), N (next in
+        # the group), F (next group) and the other sources' O, arranged so that ``repeat`` (the
+        # latest signal of the loop) is the last mux: Mux(repeat, R or O, N/F or O).
+        regs = (c_g, c_oh, c_idx, c_x, c_v, c_first, n, c_w, c_more, c_nfg, c_nfoh, c_nfab)
+        opt_r = (c_g, c_oh, c_idx, bc_c & c_ab, bc_c, 0, n + 1, table.wt_data,
+                 # n + 1 < weight: from the snapshot, or (n == 1) the weight read now
+                 Mux(c_first, table.wt_ge3, n + 1 < c_w),
+                 *nf_c)
+        opt_n = (c_g, nx_oh, nx_idx, bc_c & nx_ab, bm_c, 1, 1, table.wt_data, 1, *nf_c)
+        opt_f = (c_nfg, c_nfoh, c_nfidx, bc_f & c_nfab, bm_f, 1, 1, table.wt_data, 1, *nf_f)
+        opt_o = (o_g, o_oh, o_idx, Mux(o_ok, bc_o & o_ab, 0), Mux(o_ok, Mux(o_first, bm_o, bc_o), 0),
+                 o_first, o_n, o_w, o_more, *nf_of(Mux(o_ok, o_g, n_grp - 1)))
         with m.If(b_valid):
-            m.d.sync += [c_key.eq(b_key), c_cand.eq(b_cand), c_multi.eq(b_multi)]
-            for g in range(n_grp):
-                m.d.sync += [c_nf_g[g].eq(b_nf[g][0]), c_nf_oh[g].eq(b_nf[g][1]),
-                             c_nf_ab[g].eq(b_nf[g][2])]
+            m.d.sync += c_key.eq(b_key)
             # The QP position travels with the request: forwarded from a same-key pick in C
-            # this cycle, in D (written back at the end of this cycle) or in E (written back
-            # at the end of the last cycle, after B read the QP's registers), else B's read.
-            with m.If(c_valid & (c_key == b_key)):
-                m.d.sync += [c_g.eq(p_g), c_oh.eq(p_oh), c_ab.eq(p_ab), c_ok.eq(1),
-                             n.eq(new_n), c_first.eq(~repeat), c_w.eq(table.wt_data)]
-            with m.Elif(d_valid & (d_key == b_key)):
-                m.d.sync += [c_g.eq(d_g), c_oh.eq(d_oh), c_ab.eq(d_ab), c_ok.eq(1),
-                             n.eq(d_n), c_first.eq(d_first), c_w.eq(d_w)]
-            with m.Elif(e_valid & (e_key == b_key)):
-                m.d.sync += [c_g.eq(e_g), c_oh.eq(e_oh), c_ab.eq(e_ab), c_ok.eq(1),
-                             n.eq(e_n), c_first.eq(e_first), c_w.eq(e_w)]
-            with m.Else():
-                m.d.sync += [c_g.eq(b_g), c_oh.eq(b_oh), c_ab.eq(b_ab), c_ok.eq(b_ok),
-                             n.eq(b_n), c_first.eq(b_fst), c_w.eq(b_w)]
+            # this cycle (b_eq_c), in D (written back at the end of this cycle) or in E (written
+            # back at the end of the last cycle, after B read the QP's registers), else B's read.
+            for reg, r, nn, f, o in zip(regs, opt_r, opt_n, opt_f, opt_o):
+                if_r = Signal.like(reg, name=f"{reg.name}_if_r")
+                if_t = Signal.like(reg, name=f"{reg.name}_if_t")
+                m.d.comb += [if_r.eq(Mux(b_eq_c, r, o)),
+                             if_t.eq(Mux(b_eq_c, Mux(any_in, nn, f), o))]
+                m.d.sync += reg.eq(Mux(repeat, if_r, if_t))
         return m
 
     def _client(self, key):
         """Client of a position key (bit 3 with two clients, else 0)."""
         return key[3] if self.clients == 2 else C(0, 1)
 
-    def _output(self, m, k, dec, d_mine, d_index):
-        """Client ``k``'s skid FIFO and decision register.
+    def _output(self, m, k, dec, d_mine, d_index, table):
+        """Client ``k``'s skid FIFO, table read port and decision (a two-stage read pipeline).
 
-        Returns ``{"fifo", "want", "take", "src"}``: ``want`` -- the decision register
-        can load and a pick is waiting (FIFO head, else stage D's pick for ``k``);
-        ``take`` (driven by the caller) -- the table read port is granted, ``src`` is
-        the index read; the decision is valid on the next clock.
+        S1 is the block RAM read (issued from the FIFO head, else stage D's pick for ``k``),
+        S2 the decision: ``valid``/``index`` registers and ``entry`` straight from the read
+        port's output register.  S2 advances when it is empty or ``ready``; S1 then moves
+        into it, unless its read clashed with a same-cycle write (S1 reads again).  A full S2
+        holds S1 (and the read port's two stages).  Returns ``{"fifo", "pop"}``: ``pop`` --
+        a pick left the FIFO or stage D for S1 this cycle.
         """
         fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
         m.submodules[f"fifo{k}" if k else "fifo"] = fifo
+        en, addr, adv, rdata, clash = table._rd(k)
+        s1_valid, s1_index = Signal(name=f"s1_valid{k}"), Signal(8, name=f"s1_index{k}")
         dec_valid = Signal(name=f"dec_valid{k}")
         dec_index = Signal(8, name=f"dec_index{k}")
-        load = Signal(name=f"load{k}")
-        want, take, src = Signal(name=f"want{k}"), Signal(name=f"take{k}"), Signal(8, name=f"src{k}")
-        m.d.comb += [load.eq(~dec_valid | dec.ready), want.eq(load & (fifo.r_rdy | d_mine))]
-        with m.If(fifo.r_rdy):
-            m.d.comb += [src.eq(fifo.r_data), fifo.r_en.eq(take),
-                         fifo.w_en.eq(d_mine), fifo.w_data.eq(d_index)]
-        with m.Else():
-            m.d.comb += [src.eq(d_index), fifo.w_en.eq(d_mine & ~take), fifo.w_data.eq(d_index)]
-        with m.If(take):
-            m.d.sync += [dec_valid.eq(1), dec_index.eq(src)]
-        with m.Elif(dec.ready):
-            m.d.sync += dec_valid.eq(0)
-        m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index)]
-        return {"fifo": fifo, "want": want, "take": take, "src": src}
+        adv2, move, retry, issue, pop = (Signal(name=f"adv2_{k}"), Signal(name=f"move{k}"),
+                                         Signal(name=f"retry{k}"), Signal(name=f"issue{k}"),
+                                         Signal(name=f"pop{k}"))
+        m.d.comb += [
+            adv2.eq(~dec_valid | dec.ready),
+            retry.eq(s1_valid & clash),                   # S1's read clashed: read it again
+            move.eq(s1_valid & ~clash & adv2),            # S1 -> S2
+            issue.eq((~s1_valid | move) & (fifo.r_rdy | d_mine)),
+            pop.eq(issue),
+            en.eq(retry | issue),
+            addr.eq(Mux(retry, s1_index, Mux(fifo.r_rdy, fifo.r_data, d_index))),
+            adv.eq(adv2),
+            fifo.w_data.eq(d_index),
+            fifo.r_en.eq(issue & fifo.r_rdy),
+            fifo.w_en.eq(d_mine & ~(issue & ~fifo.r_rdy)),
+        ]
+        with m.If(issue):
+            m.d.sync += [s1_valid.eq(1), s1_index.eq(addr)]
+        with m.Elif(move):
+            m.d.sync += s1_valid.eq(0)
+        with m.If(adv2):
+            m.d.sync += [dec_valid.eq(move), dec_index.eq(s1_index)]
+        m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index),
+                     dec.payload.entry.eq(rdata),
+                     dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
+        return {"fifo": fifo, "pop": pop}
