@@ -91,9 +91,13 @@ class EthMacRx(wiring.Component):
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/8 of the RX clock (one beat per 8 bytes).  Latency: about
-    3 ``rx_domain`` + 6 ``sync`` cycles from the frame's last FCS byte (plus the FIFO
+    3 ``rx_domain`` + 8 ``sync`` cycles from the frame's last FCS byte (plus the FIFO
     synchroniser) to its first beat on ``m_axis`` (GMII input register, FSM, FIFO write
-    register on the PHY side).
+    register on the PHY side; block-RAM read, its output register and the ``m_axis``
+    register on the NIC side).  ``m_axis`` comes from flip-flops; ``tready`` reaches
+    only the output and skid registers (a one-beat skid buffer), so a sink may stall
+    at any beat with no bubble at line rate.  The buffer holds ``buffer_depth - 1``
+    beats (its full flag is registered) plus up to 4 beats in the read pipeline.
     """
 
     def __init__(self, *, max_frame: int = 1518, buffer_frames: int = 1,
@@ -233,15 +237,22 @@ class EthMacRx(wiring.Component):
         # ---------------------------------------------------------------- NIC side (sync)
         depth = self.buffer_depth
         abits = (depth - 1).bit_length()
-        m.submodules.mem = mem = Memory(shape=_Stored, depth=depth, init=[])
+        # The read port reads only committed words (rd < commit <= wr, wr - rd < depth), so
+        # it never reads the word being written, except while not fetching (rd == commit ==
+        # wr), when the read data is discarded (v1 = 0): no read/write collision logic.
+        m.submodules.mem = mem = Memory(shape=_Stored, depth=depth, init=[],
+                                        attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
         wr = Signal(abits + 1)          # next write (speculative, current frame)
         commit = Signal(abits + 1)      # end of the last good frame
-        rd = Signal(abits + 1)          # next beat to fetch into the output register
+        rd = Signal(abits + 1)          # next beat to fetch from the buffer
         dropping = Signal()
         r = _Cross(fifo.r_data)
-        full = (wr - rd)[:abits + 1] == depth
+        # Registered, one cycle behind: wr grows by at most 1 per cycle and rd never goes
+        # back, so "wr - rd >= depth - 1 a cycle ago" covers "full now" (one word unused).
+        full = Signal()
+        m.d.sync += full.eq((wr - rd)[:abits + 1] >= depth - 1)
 
         m.d.comb += [
             fifo.r_en.eq(1),
@@ -272,18 +283,38 @@ class EthMacRx(wiring.Component):
                         with m.Default():
                             m.d.sync += self.rx_fifo_overflow.eq(self.rx_fifo_overflow + 1)
 
-        # output register: fetch the next committed beat whenever the register frees up
+        # Read pipeline, all stages enabled by ``go`` (a register): block-RAM read (v1),
+        # ``q`` = the read data with nothing in between (it becomes the EBR's output
+        # register, boards/ebr_outreg.py), then the output register ``o`` with a one-beat
+        # skid register ``sk``: go falls the cycle after a beat had to park in ``sk``.
         o = self.m_axis
-        fetch = (~o.tvalid | o.tready) & (rd != commit)
-        m.d.comb += [rp.addr.eq(rd[:abits]), rp.en.eq(fetch)]
+        sk_valid = Signal()
+        go = Signal(init=1)             # = ~sk_valid (its own flip-flop: a plain clock enable)
+        v1, v2 = Signal(), Signal()
+        q = Signal(_Stored, reset_less=True)
+        fetch = go & (rd != commit)
+        m.d.comb += [rp.addr.eq(rd[:abits]), rp.en.eq(go)]
+        with m.If(go):
+            m.d.sync += [v1.eq(fetch), v2.eq(v1), q.eq(rp.data)]
         with m.If(fetch):
-            m.d.sync += [rd.eq(rd + 1), o.tvalid.eq(1)]
-        with m.Elif(o.tready):
-            m.d.sync += o.tvalid.eq(0)
-        nbytes_m1 = rp.data.nbytes_m1
-        m.d.comb += [
-            o.tdata.eq(rp.data.data),
-            o.tlast.eq(rp.data.last),
-            o.tkeep.eq(Cat(*[nbytes_m1 >= i for i in range(8)])),
-        ]
+            m.d.sync += rd.eq(rd + 1)
+        keep_q = Cat(*[q.nbytes_m1 >= i for i in range(8)])
+        sk_data, sk_keep, sk_last = (Signal(64, reset_less=True), Signal(8, reset_less=True),
+                                     Signal(reset_less=True))
+        o_data, o_keep, o_last = (Signal(64, reset_less=True), Signal(8, reset_less=True),
+                                  Signal(reset_less=True))
+        o_valid = Signal()
+        m.d.comb += [o.tvalid.eq(o_valid), o.tdata.eq(o_data), o.tkeep.eq(o_keep),
+                     o.tlast.eq(o_last)]
+        new = go & v2                   # a beat leaves ``q`` this cycle
+        with m.If(~o_valid | o.tready):
+            with m.If(sk_valid):
+                m.d.sync += [o_valid.eq(1), o_data.eq(sk_data), o_keep.eq(sk_keep),
+                             o_last.eq(sk_last), sk_valid.eq(0), go.eq(1)]
+            with m.Else():
+                m.d.sync += [o_valid.eq(new), o_data.eq(q.data), o_keep.eq(keep_q),
+                             o_last.eq(q.last)]
+        with m.Elif(new):
+            m.d.sync += [sk_valid.eq(1), go.eq(0), sk_data.eq(q.data), sk_keep.eq(keep_q),
+                         sk_last.eq(q.last)]
         return m

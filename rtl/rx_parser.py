@@ -218,13 +218,22 @@ class RxParser(wiring.Component):
     accepted : Out(ArrayLayout(32, 3))
         Accepted frames per :class:`~mrcnic.rtl.layouts.RxKind` (DATA, PROBE, ACK).
 
-    Latency: a frame's record is committed 1 cycle after its last beat; with the
-    read side idle, its ``pkt`` record is presented ``max(11, regions + 9)``
-    cycles after the last beat (13 for 4 regions) and its payload's first beat
-    2 cycles after that; a drop is counted about 5 cycles after the last beat.
-    Read side: 3 cycles per dropped frame, ``max(9, regions + 7)`` cycles plus
-    one per payload word per other frame; a frame may be as short as one beat
-    (the input waits only when the buffer is full).
+    Latency: a frame's record is committed 1 cycle after its last beat (its buffer
+    writes go through a register stage); with the read side idle, its ``pkt``
+    record is presented ``max(13, regions + 11)`` cycles after the last beat
+    (15 for 4 regions) and its payload's first beat 2 cycles after that; a drop
+    is counted about 10 cycles after the last beat.  Read side: 4 cycles per
+    dropped frame, ``max(11, regions + 9)`` cycles per other frame plus, with a
+    payload, one per payload word and 2 for the read pipeline; a frame may be as
+    short as one beat (the input waits only when the buffer is full).
+
+    Timing structure (ECP5, 140 MHz class): ``tready`` comes from registered
+    flags (beat position one-hots, a registered space check and a registered,
+    conservative buffer-full flag); the buffer is read through the block RAM's
+    output register (``rdw``), which also drives ``payload`` (no logic after
+    it); the region checker registers the region word before comparing; the
+    counter read-modify-write is 4 cycles deep and the read side makes count
+    events at least 4 cycles apart.
     """
 
     def __init__(self, port: "int | None" = 0, qps: int = 8, regions: int = 4,
@@ -321,10 +330,22 @@ class RxParser(wiring.Component):
         m.submodules.buffer = mem
         wp = mem.write_port()
         rp = mem.read_port(domain="sync")
-        # The meta word of a record and the commit pointer past it are written on the same
-        # clock edge, so the read side may read any word below commit_ptr.
+        # Writes go through a register stage (wr_*: the buffer is written one cycle after
+        # the write side decides).  The read side sees the commit pointer one cycle late
+        # (commit_vis), so the meta word of a record is in the buffer before it is read.
         commit_ptr = Signal(abits + 1)     # end of the committed records
+        commit_vis = Signal(abits + 1)     # commit_ptr one cycle later (read side)
+        m.d.sync += commit_vis.eq(commit_ptr)
         rd_lim = Signal(abits + 1)         # first word the read side still needs
+        # The write side checks space against rd_lim one cycle old (rd_lim only moves up,
+        # so a stale value is conservative), as registered bounds.
+        rd_lim_r = Signal(abits + 1)
+        lim2 = Signal(abits + 1)           # rd_lim + depth - 2: last address a beat's next
+        m.d.sync += [rd_lim_r.eq(rd_lim), lim2.eq(rd_lim + depth - 2)]
+        wr_en = Signal()
+        wr_addr = _data(abits)
+        wr_data = _data(64)
+        m.d.comb += [wp.en.eq(wr_en), wp.addr.eq(wr_addr), wp.data.eq(wr_data)]
 
         # ================================================================ write side
         tready = Signal()
@@ -339,6 +360,8 @@ class RxParser(wiring.Component):
             return Cat(*[lane(i) for i in reversed(lanes)])
 
         beat = Signal(range(max_beats + 1))      # index of the current beat in its frame
+        baddr = Signal(abits + 1, init=1)  # buffer address of this beat's word: commit_ptr + 1
+                                           # (+ rel while l4)
         nl1 = Signal(3)                          # bytes in this beat - 1 (tkeep contiguous)
         keep_ok = Signal()                       # tkeep = 2**n - 1, n = 1..8
         k = s.tkeep
@@ -347,15 +370,18 @@ class RxParser(wiring.Component):
             nl1.eq(Cat((k[1] & ~k[2]) | (k[3] & ~k[4]) | (k[5] & ~k[6]) | k[7],
                        (k[2] & ~k[4]) | k[6], k[4])),
         ]
+        bt = Signal(8, init=1)                   # one-hot: bt[k] = (beat == k), k < 8
+        with m.If(fire):
+            m.d.sync += bt.eq(Mux(s.tlast, 1, bt << 1))
+        first = bt[0]
         beat_bad = Mux(s.tlast, ~keep_ok, s.tkeep != 0xFF)
         bad_keep = Signal()                      # an earlier beat of this frame was bad
         with m.If(fire):
-            m.d.sync += bad_keep.eq(~s.tlast & (beat_bad | ((beat != 0) & bad_keep)))
+            m.d.sync += bad_keep.eq(~s.tlast & (beat_bad | (~first & bad_keep)))
             with m.If(s.tlast):
                 m.d.sync += beat.eq(0)
             with m.Elif(beat != max_beats):
                 m.d.sync += beat.eq(beat + 1)
-        first = beat == 0
 
         port_r = _data(3)                        # plane of the current frame
         port_bad = _data()
@@ -372,27 +398,29 @@ class RxParser(wiring.Component):
         rel = _data(range(max_beats + 1))
         pre = Signal()                     # SRH: rel counts down to b0 (from Hdr Ext Len - 1)
         hel_now = lane(7)                  # SRH Hdr Ext Len (byte 55) in beat 6
+        ar = Signal(6)                     # one-hot: ar[k] = l4 & (rel == k), k < 6
         with m.If(fire):
+            m.d.sync += ar.eq(Mux(s.tlast, 0, Cat(Const(0, 1), ar[0:5])))
             with m.If(s.tlast):
                 m.d.sync += [l4.eq(0), pre.eq(0)]
             with m.Else():
                 with m.If(l4 & (rel != max_beats)):
-                    m.d.sync += rel.eq(rel + 1)
-                with m.If((beat == 5) & ~has_srh):
-                    m.d.sync += [l4.eq(1), rel.eq(0)]
-                with m.If((beat == 6) & has_srh):
+                    m.d.sync += [rel.eq(rel + 1), baddr.eq(baddr + 1)]
+                with m.If(bt[5] & ~has_srh):
+                    m.d.sync += [l4.eq(1), rel.eq(0), ar.eq(1)]
+                with m.If(bt[6] & has_srh):
                     with m.If(hel_now == 0):
-                        m.d.sync += [l4.eq(1), rel.eq(0)]
+                        m.d.sync += [l4.eq(1), rel.eq(0), ar.eq(1)]
                     with m.Else():
                         m.d.sync += [pre.eq(1), rel.eq(hel_now - 1)]
                 with m.If(pre):
                     with m.If(rel == 0):
-                        m.d.sync += [l4.eq(1), pre.eq(0)]
+                        m.d.sync += [l4.eq(1), pre.eq(0), ar.eq(1)]
                     with m.Else():
                         m.d.sync += rel.eq(rel - 1)
 
         def at_rel(k):
-            return l4 & (rel == k)
+            return ar[k] if k < len(ar) else l4 & (rel == k)
 
         # rel ranges as bit decodes (no carry chains in the tready path)
         rel_hi0 = rel[3:] == 0
@@ -406,7 +434,7 @@ class RxParser(wiring.Component):
         eth_bad, ver_bad, trim_r = _data(), _data(), _data()     # (eth_bad: frame >= 14 bytes)
         with m.If(fire & first):
             m.d.sync += eth_bad.eq(0)
-        with m.If(fire & (beat == 1)):
+        with m.If(fire & bt[1]):
             tc_hi, tc_lo = lane(6)[0:4], lane(7)[4:8]
             m.d.sync += [eth_bad.eq((be(4, 5) != ETHERTYPE_IPV6) & (~s.tlast | (nl1 >= 5))),
                          ver_bad.eq(lane(6)[4:8] != 6),
@@ -417,7 +445,7 @@ class RxParser(wiring.Component):
         # 16-bit field).
         plen = _data(18)
         nh_udp = _data()
-        with m.If(fire & (beat == 2)):
+        with m.If(fire & bt[2]):
             m.d.sync += [plen.eq(be(2, 3)), nh_udp.eq(lane(4) == NH_UDP),
                          has_srh.eq(lane(4) == NH_ROUTING)]
 
@@ -430,26 +458,30 @@ class RxParser(wiring.Component):
         def da_eq(target, lanes, j0):
             return Cat(*[lane(ln) == da_byte(target, j0 + i) for i, ln in enumerate(lanes)]).all()
         da6, dip = _data(), _data()
-        with m.If(fire & (beat == 4)):
+        with m.If(fire & bt[4]):
             m.d.sync += [da6.eq(da_eq(da_srv6, [6, 7], 0)), dip.eq(da_eq(self.own_ip, [6, 7], 0))]
-        with m.If(fire & (beat == 5)):
+        with m.If(fire & bt[5]):
             m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(8), 2)),
                          dip.eq(dip & da_eq(self.own_ip, range(8), 2))]
-        with m.If(fire & (beat == 6)):
+        with m.If(fire & bt[6]):
             m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(6), 10)),
                          dip.eq(dip & da_eq(self.own_ip, range(6), 10))]
 
         srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
-        with m.If(fire & (beat == 6)):
+        with m.If(fire & bt[6]):
             m.d.sync += [srh_nh_udp.eq(lane(6) == NH_UDP),
                          plen.eq(plen - Mux(has_srh, Cat(Const(3, 3), hel_now), -5))]
-        with m.If(fire & (beat == 7)):
+        with m.If(fire & bt[7]):
             # Hdr Ext Len < 2 * (Last Entry + 1); in beat 7, rel = Hdr Ext Len - 1 when pre
             # is set, and Hdr Ext Len = 0 when not
             m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
                          srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
-        udp_len = Signal(18)
-        m.d.comb += udp_len.eq(plen - 5)
+        # udp_len = plen - 5 from beat 7 on, registered at beat 6 (plen_m8 = IPv6 payload
+        # length - 8, registered between beats 2 and 6)
+        udp_len, plen_m8 = _data(18), _data(18)
+        m.d.sync += plen_m8.eq(plen - 8)
+        with m.If(fire & bt[6]):
+            m.d.sync += udp_len.eq(Mux(has_srh, plen_m8 - Cat(Const(0, 3), hel_now), plen))
 
         # transport fields: byte x of the UDP header is lane (x + 6) % 8 of beat b0 + (x + 6) // 8
         opcode = _data(8)
@@ -460,10 +492,11 @@ class RxParser(wiring.Component):
                          ulen_bad.eq(be(2, 3) != udp_len),
                          opcode.eq(lane(6)), pad.eq(lane(7)[4:6]),
                          bth_bad.eq(lane(7)[0:4] != 0)]
-        is_data = (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
-        has_imm = opcode == OP_WRITE_ONLY_IMM
-        is_ack = opcode == OP_ACK
-        is_probe = opcode == OP_PROBE
+        is_data, has_imm, is_ack, is_probe = _data(), _data(), _data(), _data()  # opcode decoded
+        with m.If(fire & at_rel(1)):
+            m.d.sync += [is_data.eq((lane(6) == OP_WRITE_ONLY) | (lane(6) == OP_WRITE_ONLY_IMM)),
+                         has_imm.eq(lane(6) == OP_WRITE_ONLY_IMM),
+                         is_ack.eq(lane(6) == OP_ACK), is_probe.eq(lane(6) == OP_PROBE)]
         qp_hit = _data(qps)
         with m.If(fire & at_rel(2)):
             dqpn = be(3, 4, 5)
@@ -481,11 +514,13 @@ class RxParser(wiring.Component):
         exp_dml = _data(17)                # DATA: the dmalen the frame length implies
         copy = _data()                     # DATA, not trimmed, dmalen good: payload follows
         rec_size = _data(10)               # words of the record if it is a candidate
+        rec_size1 = _data(11)              # rec_size + 1
         trimmed = is_data & trim_r
         l4_fixed = Cat(pad, has_imm, Const(0b101, 3))     # 8 + 12 + 16 (+ 4) + pad
         with m.If(fire & at_rel(2)):
             m.d.sync += [dmalen_bad.eq((is_ack & (plen != 48 + 5)) | (is_probe & (plen != 36 + 5))),
-                         copy.eq(0), rec_size.eq(HDR_SLOTS + 1), exp_dml.eq(udp_len - l4_fixed)]
+                         copy.eq(0), rec_size.eq(HDR_SLOTS + 1), rec_size1.eq(HDR_SLOTS + 2),
+                         exp_dml.eq(udp_len - l4_fixed)]
         with m.If(fire & at_rel(4)):
             m.d.sync += dmalen_hi0.eq(be(6, 7) == 0)
         with m.If(fire & at_rel(5) & is_data):
@@ -495,7 +530,9 @@ class RxParser(wiring.Component):
                    | (pad != (-dml)[0:2]) | (~trimmed & ~data_len_ok))
             m.d.sync += [dmalen_bad.eq(bad), copy.eq(~trimmed & ~bad),
                          rec_size.eq(Mux(trimmed | bad, HDR_SLOTS + 1,
-                                         (dml[0:13] + 8 * HDR_SLOTS + 7) >> 3))]
+                                         (dml[0:13] + 8 * HDR_SLOTS + 7) >> 3)),
+                         rec_size1.eq(Mux(trimmed | bad, HDR_SLOTS + 2,
+                                          (dml[0:13] + 8 * HDR_SLOTS + 15) >> 3))]
 
         # ---------------------------------------------------------------- ICRC (running CRC-32)
         # The ICRC view of the frame (wire.icrc_view) from byte 6 on, ICRC bytes included,
@@ -576,16 +613,23 @@ class RxParser(wiring.Component):
             meta.trimmed.eq(trimmed), meta.udp.eq(qmode == EvMode.UDP), meta.copy.eq(copy),
             meta.opcode.eq(opcode), meta.qp.eq(qp_idx),
         ]
-        # the word at commit_ptr is free unless the buffer is full
-        full = (commit_ptr[abits] != rd_lim[abits]) & (commit_ptr[:abits] == rd_lim[:abits])
+        # The word at commit_ptr is free unless the buffer is full: commit_ptr - rd_lim =
+        # depth, registered from the values a cycle earlier (commit_ptr moves only at v_do,
+        # then full is assumed for one cycle; rd_lim only moves up).
+        full = Signal()
         v_do = v_valid & ~full
+        c_used = Signal(abits + 1)
+        m.d.comb += c_used.eq(commit_ptr - rd_lim_r)
+        m.d.sync += full.eq(v_do | c_used[abits])
         # (a frame's first beat waits while the previous verdict cannot be written)
         m.d.sync += v_valid.eq((fire & s.tlast) | (v_valid & full))
         commit_cand = Signal(abits + 1)
         commit_drop = Signal(abits + 1)
         m.d.comb += [commit_cand.eq(commit_ptr + rec_size), commit_drop.eq(commit_ptr + 1)]
         with m.If(v_do):
-            m.d.sync += commit_ptr.eq(Mux(cand, commit_cand, commit_drop))
+            # (v_valid follows tlast: l4 is 0, baddr is not moving)
+            m.d.sync += [commit_ptr.eq(Mux(cand, commit_cand, commit_drop)),
+                         baddr.eq(Mux(cand, commit_ptr + rec_size1, commit_ptr + 2))]
 
         # ---------------------------------------------------------------- buffer writes
         # beat 2 -> slot 1; beat b0 + k -> slot 1 + k (k = 1..6, and up to the last payload
@@ -594,21 +638,26 @@ class RxParser(wiring.Component):
         prev = _data(48)                  # bytes 2..7 of the previous beat
         with m.If(fire):
             m.d.sync += prev.eq(td[16:64])
-        beat_wr = (beat == 2) | (l4 & (rel != 0) & (rel_lt7 | (is_data & ~pay_end)))
+        # beat_wr: this beat writes a buffer word (beat 2, rel 1..6, DATA payload words up to
+        # pay_end), registered when the previous beat is taken
+        beat_wr = Signal()
+        rel_le5 = rel_hi0 & ~(rel[1] & rel[2])
+        with m.If(fire):
+            m.d.sync += beat_wr.eq(~s.tlast & (bt[1] | (l4 & (rel_le5 | (
+                is_data & ~pay_end & ~(rel == HDR_SLOTS + MAX_PAYLOAD_WORDS - 2))))))
         shift2 = l4 & is_data & ~has_imm & rel_ge6
-        beat_addr = commit_ptr + 1 + Mux(l4, rel, 0)
-        # Registered space check for the word after this beat's: the next write address
-        # is at most beat_addr + 1 (commit_ptr moves only at a frame's first beat, two
-        # beats before its first write), and rd_lim only moves up.
+        # Registered space check for the word after this beat's (baddr + 1 <= rd_lim +
+        # depth - 1): the next write address is at most baddr + 1 (baddr jumps only when a
+        # record is committed, before the next frame's first beat, two beats before its
+        # first write).
         space_ok = _data()
         ahead = Signal(abits + 1)
-        m.d.comb += ahead.eq(beat_addr - rd_lim)
-        m.d.sync += space_ok.eq(~ahead[abits] & (ahead[:abits] != depth - 1))
-        with m.If(v_do):
-            m.d.comb += [wp.en.eq(1), wp.addr.eq(commit_ptr), wp.data.eq(meta.as_value())]
-        with m.Else():
-            m.d.comb += [wp.en.eq(fire & beat_wr), wp.addr.eq(beat_addr),
-                         wp.data.eq(Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48])))]
+        m.d.comb += ahead.eq(lim2 - baddr)
+        m.d.sync += space_ok.eq(~ahead[abits])
+        # (no beat is written while v_valid: the next frame is at its beat 0 at most)
+        m.d.sync += [wr_en.eq(v_do | (fire & beat_wr)), wr_addr.eq(Mux(v_valid, commit_ptr, baddr)),
+                     wr_data.eq(Mux(v_valid, meta.as_value(),
+                                    Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48]))))]
         m.d.comb += tready.eq(~(beat_wr & ~space_ok) & ~(first & v_valid & full))
 
         # ================================================================ counters
@@ -620,31 +669,38 @@ class RxParser(wiring.Component):
         m.submodules.counters = cmem
         c_rp = cmem.read_port(domain="sync")
         c_wp = cmem.write_port()
-        ev_en = Signal()                   # count event this cycle (at most one per 3 cycles)
+        ev_en = Signal()                   # count event this cycle (at most one per 4 cycles)
         ev_idx = Signal(range(n_cnt))
-        ev_en_r, ev_en_rr = Signal(), Signal()
-        ev_idx_r, ev_idx_rr = _data(range(n_cnt)), _data(range(n_cnt))
+        # event (ev), read (_r), block RAM output (_rr), c_raw (_3), inc_r (_4): written at _4
+        ev_en_r, ev_en_rr, ev_en_3, ev_en_4 = Signal(), Signal(), Signal(), Signal()
+        ev_idx_r, ev_idx_rr, ev_idx_3, ev_idx_4 = (_data(range(n_cnt)) for _ in range(4))
         clr_busy = Signal(init=1)          # zeroing the counter memory after reset
         clr_idx = Signal(range(n_cnt))
-        m.d.comb += [c_rp.addr.eq(ev_idx), c_rp.en.eq(1)]
+        m.d.comb += [c_rp.addr.eq(ev_idx_r), c_rp.en.eq(1)]
         m.d.sync += [ev_en_r.eq(ev_en), ev_idx_r.eq(ev_idx),
-                     ev_en_rr.eq(ev_en_r), ev_idx_rr.eq(ev_idx_r)]
-        c_raw = _data(32)                  # the counter read in the previous cycle
+                     ev_en_rr.eq(ev_en_r), ev_idx_rr.eq(ev_idx_r),
+                     ev_en_3.eq(ev_en_rr), ev_idx_3.eq(ev_idx_rr),
+                     ev_en_4.eq(ev_en_3), ev_idx_4.eq(ev_idx_3)]
+        c_raw = _data(32)                  # the counter read (block RAM output register)
         m.d.sync += c_raw.eq(c_rp.data)
-        inc = Signal(32)
-        m.d.comb += inc.eq(c_raw + 1)
+        # A count is written 3 cycles after its read: the read side makes its events at
+        # least 4 cycles apart (a record takes IDLE x 2, HEAD step 0, step 1 at least), so
+        # every read sees the previous write.
+        inc_r = _data(32)
+        with m.If(ev_en_3):
+            m.d.sync += inc_r.eq(c_raw + 1)
         with m.If(clr_busy):
             m.d.comb += [c_wp.en.eq(1), c_wp.addr.eq(clr_idx), c_wp.data.eq(0)]
             m.d.sync += clr_idx.eq(clr_idx + 1)
             with m.If(clr_idx == n_cnt - 1):
                 m.d.sync += clr_busy.eq(0)
         with m.Else():
-            m.d.comb += [c_wp.en.eq(ev_en_rr), c_wp.addr.eq(ev_idx_rr), c_wp.data.eq(inc)]
-        with m.If(ev_en_rr):
-            with m.Switch(ev_idx_rr):
+            m.d.comb += [c_wp.en.eq(ev_en_4), c_wp.addr.eq(ev_idx_4), c_wp.data.eq(inc_r)]
+        with m.If(ev_en_4):
+            with m.Switch(ev_idx_4):
                 for i in range(n_cnt):
                     with m.Case(i):
-                        m.d.sync += cnt_out[i].eq(inc)
+                        m.d.sync += cnt_out[i].eq(inc_r)
         if shared:
             for p in range(planes):
                 for i in range(N_REASONS):
@@ -659,7 +715,13 @@ class RxParser(wiring.Component):
             return Cat(Const(reason, 4), port[0:3]) if shared else Const(reason, range(n_cnt))
 
         # ================================================================ read side
-        rdw = rp.data
+        # rdw: the buffer word, registered right after the block RAM (nothing in between,
+        # same enable: the EBR's output register, boards/ebr_outreg.py); a word read at
+        # HEAD step k is in rdw at step k + 2.
+        rdw = _data(64)
+        adv = Signal()
+        with m.If(adv):
+            m.d.sync += rdw.eq(rp.data)
 
         def rlane(i):
             return rdw[8 * i:8 * i + 8]
@@ -675,10 +737,7 @@ class RxParser(wiring.Component):
         a_syn, a_msn, a_ev, a_flags = _data(8), _data(24), _data(32), _data(8)
         a_bpsn, a_bitmap, a_ts = _data(24), _data(64), _data(32)
         o_valid = Signal()
-        r_data = (o_opcode == OP_WRITE_ONLY) | (o_opcode == OP_WRITE_ONLY_IMM)
-        r_imm = o_opcode == OP_WRITE_ONLY_IMM
-        r_ack = o_opcode == OP_ACK
-        r_probe = o_opcode == OP_PROBE
+        r_data, r_imm, r_ack, r_probe = _data(), _data(), _data(), _data()   # opcode decoded
         p = self.pkt.payload
         m.d.comb += [
             self.pkt.valid.eq(o_valid),
@@ -697,19 +756,19 @@ class RxParser(wiring.Component):
 
         IDLE, HEAD, PAY = 0, 1, 2
         st = Signal(2)
-        hs = Signal(5)                     # HEAD step: rp.data holds slot SLOTS[hs]
+        hs = Signal(5)                     # HEAD step: rdw holds slot SLOTS[hs - 1]
         rd_ptr = Signal(abits + 1)         # first word of the current record
         pay_addr = Signal(abits + 1)
         pay_left = Signal(10)              # payload words still to read
         r_dmalen_bad, r_icrc_bad, r_udp, r_copy = _data(), _data(), _data(), _data()
-        r_cand, r_reason = _data(), _data(4)
         rd_addr = Signal(abits + 1)
         m.d.comb += [rp.addr.eq(rd_addr[:abits]),
                      rd_lim.eq(Mux(st == PAY, pay_addr, rd_ptr))]
 
         o = self.payload
-        p_valid, p_last = Signal(), _data()
-        adv = ~p_valid | o.tready
+        p1_valid, p1_last = Signal(), _data()     # payload word in the block RAM's output
+        p_valid, p_last = Signal(), _data()       # ... in rdw (the payload output register)
+        m.d.comb += adv.eq(~p_valid | o.tready)
         issue = Signal()
         # (the pkt register holds the length until the payload has been sent)
         keeps = Array(Const((1 << (k + 1)) - 1, 8) for k in range(8))
@@ -717,94 +776,125 @@ class RxParser(wiring.Component):
                      o.tkeep.eq(Mux(p_last, keeps[(o_len - 1)[0:3]], 0xFF)), o.tdata.eq(rdw)]
         pay_last = pay_left == 1
         with m.If(adv):
-            m.d.sync += [p_valid.eq(issue), p_last.eq(pay_last)]
+            m.d.sync += [p1_valid.eq(issue), p1_last.eq(pay_last),
+                         p_valid.eq(p1_valid), p_last.eq(p1_last)]
 
         # read order after the meta word: x16.., x24.., x32.. (region check inputs), x0..,
         # bytes 14..21, x40..
         slots = [0, 4, 5, 6, 2, 1, 7]
-        rec_end = Signal(abits + 1)        # the word after a DATA record with its payload
-        m.d.comb += rec_end.eq(rd_ptr + ((o_len + 8 * HDR_SLOTS + 7) >> 3))
-        decide = max(7, regions + 5)       # hs of the verdict
-        nxt_slot = Array(Const(sl, 3) for sl in slots[1:] + [0])[hs[0:3]]
+        # registered from rd_ptr and o_len (loaded at hs 4, read at decide >= 8):
+        rec_next = _data(abits + 1)        # the next record (a DATA record ends past its payload)
+        pay_first = _data(abits + 1)       # the first payload word
+        pay_words = _data(10)
+        m.d.sync += [rec_next.eq(Mux(r_copy, rd_ptr + ((o_len + 8 * HDR_SLOTS + 7) >> 3),
+                                     rd_ptr + HDR_SLOTS + 1)),
+                     pay_first.eq(rd_ptr + HDR_SLOTS), pay_words.eq((o_len + 7) >> 3)]
+        decide = max(8, regions + 6)       # hs of the verdict
+        # HEAD reads rd_ptr + slots[hs + 1], registered a cycle ahead (rd_ptr does not move
+        # in HEAD before its last step)
+        head_addr = _data(abits + 1)
+        hs_next = Mux(st == HEAD, hs + 1, 0)
+        m.d.sync += head_addr.eq(rd_ptr + Array(Const(sl, 3) for sl in slots[1:] + [0, 0])[
+            hs_next[0:3]])
         mv = _Meta(rdw[0:_Meta.size])
 
-        # region checker: stage A (hs = 3 + i), B (4 + i), C (5 + i) for region i
+        # region checker: stage A (hs = 4 + i), B (5 + i), C (6 + i) for region i.  Stage A
+        # reads the region's valid / rkey / VA and base, stage B its length; every compare
+        # and add works on registers (C: end <= length, then the found flag and o_addr).
         rkey = Cat(a_bpsn, a_flags)
         dmalen = a_bitmap[32:64]
         d1_lo, e_end = _data(32), _data(33)
+        base_b, addr_c, len_c = _data(32), _data(32), _data(32)
         ok_a, ok_b, found = _data(), _data(), _data()
         # stage enables and region addresses, registered (set for the next hs)
+        # (the valid / rkey / VA word is read one step ahead, at hs = 3 + i, into ra_q)
         act_a, act_b, act_c = Signal(), Signal(), Signal()
-        reg_a, reg_b, reg_c = _data(rbits), _data(rbits), _data(rbits)
+        reg_a0, reg_a, reg_b = _data(rbits), _data(rbits), _data(rbits)
         hs_n = hs + 1
-        m.d.sync += [act_a.eq((st == HEAD) & r_data & (hs_n >= 3) & (hs_n < 3 + regions)),
-                     reg_a.eq((hs_n - 3)[0:rbits]),
-                     act_b.eq(act_a), reg_b.eq(reg_a), act_c.eq(act_b), reg_c.eq(reg_b)]
-        m.d.comb += [mr_ra.addr.eq(reg_a), mr_rb.addr.eq(reg_b), mr_rc.addr.eq(reg_c)]
-        r_valid, r_rkey, r_va = mr_ra.data[0], mr_ra.data[1:33], mr_ra.data[33:97]
+        m.d.sync += [act_a.eq((st == HEAD) & r_data & (hs_n >= 4) & (hs_n < 4 + regions)),
+                     reg_a0.eq((hs_n - 3)[0:rbits]), reg_a.eq(reg_a0),
+                     act_b.eq(act_a), reg_b.eq(reg_a), act_c.eq(act_b)]
+        m.d.comb += [mr_ra.addr.eq(reg_a0), mr_rb.addr.eq(reg_a), mr_rc.addr.eq(reg_b)]
+        ra_q = _data(97)
+        m.d.sync += ra_q.eq(mr_ra.data)
+        r_valid, r_rkey, r_va = ra_q[0], ra_q[1:33], ra_q[33:97]
         # 0 <= VA - region VA < 2**32: the low halves' difference, and the high halves equal
         # (no borrow) or one apart (borrow)
         d1 = Signal(33)
-        va_hi_m1 = Signal(33)              # (from the pkt register, not through the table)
-        m.d.comb += [d1.eq(o_va[0:32] - r_va[0:32]), va_hi_m1.eq(o_va[32:64] - 1)]
+        va_hi_m1 = _data(32)               # (registered: o_va is loaded two steps earlier)
+        m.d.comb += d1.eq(o_va[0:32] - r_va[0:32])
+        m.d.sync += va_hi_m1.eq(o_va[32:64] - 1)
         borrow, hi_eq0, hi_eq1 = _data(), _data(), _data()
         m.d.sync += [d1_lo.eq(d1[0:32]), borrow.eq(d1[32]),
                      hi_eq0.eq(o_va[32:64] == r_va[32:64]), hi_eq1.eq(va_hi_m1 == r_va[32:64]),
                      ok_a.eq(act_a & r_valid & (r_rkey == rkey)),
-                     e_end.eq(d1_lo + dmalen), ok_b.eq(ok_a & Mux(borrow, hi_eq1, hi_eq0))]
-        ok_c = act_c & ok_b & (e_end <= mr_rc.data)
-        with m.If(act_b & ~found & ~ok_c):
-            m.d.sync += o_addr.eq(mr_rb.data + d1_lo)
-        with m.If(ok_c):
-            m.d.sync += found.eq(1)
+                     base_b.eq(mr_rb.data),
+                     e_end.eq(d1_lo + dmalen), ok_b.eq(ok_a & Mux(borrow, hi_eq1, hi_eq0)),
+                     addr_c.eq(base_b + d1_lo), len_c.eq(mr_rc.data)]
+        room = Signal(34)                  # len - end: a carry chain, its sign bit the compare
+        m.d.comb += room.eq(len_c - e_end)
+        ok_c = act_c & ok_b & ~room[33]
+        with m.If(ok_c & ~found):
+            m.d.sync += [found.eq(1), o_addr.eq(addr_c)]
 
+        # rd_ptr != commit_vis, registered: rd_ptr moves only when the sequencer enters
+        # IDLE, so from the second IDLE cycle on (settled) the compare is current.
+        has_rec, settled = Signal(), Signal()
+        m.d.sync += [has_rec.eq(rd_ptr != commit_ptr), settled.eq(st == IDLE)]
         with m.Switch(st):
             with m.Case(IDLE):
                 m.d.comb += rd_addr.eq(rd_ptr)
-                # (records wait while the pkt register is busy)
-                with m.If(adv & (rd_ptr != commit_ptr) & ~clr_busy & ~o_valid):
+                # (records wait while the pkt register is busy, and for the last payload
+                # word to leave the block RAM's output: adv keeps rdw moving through HEAD;
+                # has_rec is exact from the second IDLE cycle on)
+                with m.If(settled & has_rec & adv & ~p1_valid & ~clr_busy & ~o_valid):
                     m.d.sync += [st.eq(HEAD), hs.eq(0)]
             with m.Case(HEAD):
-                m.d.comb += rd_addr.eq(rd_ptr + nxt_slot)
+                m.d.comb += rd_addr.eq(head_addr)
                 m.d.sync += hs.eq(hs + 1)
                 with m.Switch(hs):
-                    with m.Case(0):        # meta (registered as it is, decoded at hs 1)
+                    with m.Case(1):        # meta
                         m.d.sync += [o_port.eq(mv.port), o_qp.eq(mv.qp),
                                      o_opcode.eq(mv.opcode), o_trim.eq(mv.trimmed),
-                                     o_addr.eq(0), found.eq(0), r_cand.eq(mv.cand),
-                                     r_reason.eq(mv.reason), r_dmalen_bad.eq(mv.dmalen_bad),
+                                     o_addr.eq(0), found.eq(0),
+                                     r_dmalen_bad.eq(mv.dmalen_bad),
                                      r_icrc_bad.eq(mv.icrc_bad), r_udp.eq(mv.udp),
-                                     r_copy.eq(mv.copy)]
-                    with m.Case(1):        # x16..23
-                        with m.If(~r_cand):                   # a drop record: count it
+                                     r_copy.eq(mv.copy),
+                                     r_data.eq((mv.opcode == OP_WRITE_ONLY)
+                                               | (mv.opcode == OP_WRITE_ONLY_IMM)),
+                                     r_imm.eq(mv.opcode == OP_WRITE_ONLY_IMM),
+                                     r_ack.eq(mv.opcode == OP_ACK),
+                                     r_probe.eq(mv.opcode == OP_PROBE)]
+                        with m.If(~mv.cand):                  # a drop record: count it
                             m.d.comb += [ev_en.eq(1), ev_idx.eq(
-                                Cat(r_reason, o_port) if shared else r_reason)]
+                                Cat(mv.reason, mv.port) if shared else mv.reason)]
                             m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE)]
+                    with m.Case(2):        # x16..23
                         m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3)),
                                      o_va[32:64].eq(Mux(r_data, rbe(4, 5, 6, 7), 0)),
                                      a_syn.eq(Mux(r_ack, rlane(4), 0)),
                                      a_msn.eq(Mux(r_ack, rbe(5, 6, 7), 0))]
-                    with m.Case(2):        # x24..31 (rkey kept in ack.flags/base_psn)
+                    with m.Case(3):        # x24..31 (rkey kept in ack.flags/base_psn)
                         m.d.sync += [o_va[0:32].eq(Mux(r_data, rbe(0, 1, 2, 3), 0)),
                                      a_ev.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0)),
                                      o_pid.eq(Mux(r_probe, rbe(2, 3), 0)),
                                      o_ts.eq(Mux(r_probe, rbe(4, 5, 6, 7), 0)),
                                      a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
-                    with m.Case(3):        # x32..39 (dmalen kept in ack.bitmap)
+                    with m.Case(4):        # x32..39 (dmalen kept in ack.bitmap)
                         m.d.sync += [o_len.eq(Mux(r_data, rbe(0, 1, 2, 3)[0:13], 0)),
                                      o_imm.eq(Mux(r_imm, rbe(4, 5, 6, 7), 0)),
                                      a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))]
-                    with m.Case(4):        # x0..7: UDP source port
+                    with m.Case(5):        # x0..7: UDP source port
                         sport = rbe(0, 1)
                         with m.If(r_udp):
                             m.d.sync += o_ev.eq(sport[0:14])
                         with m.Else():
                             m.d.sync += o_ev[20:32].eq(sport[0:12])
-                    with m.Case(5):        # bytes 14..21: ECN, flow label
+                    with m.Case(6):        # bytes 14..21: ECN, flow label
                         m.d.sync += o_ecn.eq(rlane(1)[4:6])
                         with m.If(~r_udp):
                             m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
-                    with m.Case(6):        # x40..47
+                    with m.Case(7):        # x40..47
                         m.d.sync += a_ts.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0))
                     with m.Case(decide):
                         rkey_bad = r_data & ~found
@@ -818,11 +908,11 @@ class RxParser(wiring.Component):
                             with m.If(~r_ack):
                                 m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
                         with m.If(accept & r_copy):
-                            m.d.sync += [st.eq(PAY), pay_addr.eq(rd_ptr + HDR_SLOTS),
-                                         pay_left.eq((o_len + 7) >> 3)]
+                            m.d.sync += [st.eq(PAY), pay_addr.eq(pay_first),
+                                         pay_left.eq(pay_words)]
                         with m.Else():
                             m.d.sync += [st.eq(IDLE),
-                                         rd_ptr.eq(Mux(r_copy, rec_end, rd_ptr + HDR_SLOTS + 1))]
+                                         rd_ptr.eq(rec_next)]
             with m.Case(PAY):
                 m.d.comb += [rd_addr.eq(pay_addr), issue.eq(adv)]
                 with m.If(issue):
