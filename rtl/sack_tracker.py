@@ -121,20 +121,26 @@ class SackTracker(wiring.Component):
         Event counters (wrap around).
 
     Latency and throughput: a packet is taken when the tracker is idle or in
-    the cycle it finishes the previous one; its PlaceCmd is registered one
-    cycle later.  One QP is worked on at a time, so the per-QP arithmetic
-    (PSN offset, ePSN +/- 1, MSN + 1) exists once.  A packet that triggers no
-    ACK and slides ``ePSN`` by at most one (or not at all) takes 1 cycle,
-    unless ePSN reaches the end of a 16-PSN word (+1); the last PSN of a
-    message arriving in order +2; each extra PSN passed by the slide +1; an
-    ACK, NACK or probe reply +5 (its 64-bit bitmap is read 16 bits per cycle
-    from the bitmap memory into the output register).  Measured: 1.6 cycles
-    per packet in order with ``ack_every`` = 8, 1.8 for a shuffled 64-packet
-    message; the board's datapath has at least 8 cycles per packet.  A timer
-    ACK is started 5 cycles before its timer expires, so it leaves about
-    ``T`` cycles after arming.  ``pkt.ready`` is low while busy, while a QP's
-    bitmap is cleared and while a timer ACK is being built.  Output streams
-    are registered; the tracker stalls (never drops) while an output is full.
+    the cycle it finishes the previous one; it is classified in the next cycle
+    (PSN offset, window, bitmap bit and count compare registered) and acted on
+    in the one after, which registers its PlaceCmd.  One QP is worked on at a
+    time, so the per-QP arithmetic (PSN offset, ePSN +/- 1, MSN + 1) exists
+    once.  A packet that triggers no ACK and slides ``ePSN`` by at most one
+    (or not at all) takes 2 cycles, unless ePSN reaches the end of a 16-PSN
+    word (+2); the last PSN of a message arriving in order +3; each extra PSN
+    passed by the slide +1; an ACK, NACK or probe reply +5 (its 64-bit bitmap
+    is read 16 bits per cycle from the bitmap memory into the output
+    register).  Measured: 2.66 cycles per packet in order with ``ack_every`` =
+    8, 2.81 for a shuffled 64-packet message; the board's datapath has at
+    least 8 cycles per packet.  A timer ACK is started 5 cycles before its
+    timer expires, so it leaves about ``T`` cycles after arming.  A
+    completion leaves 2 cycles after ePSN passes its PSN (its immediate data
+    comes from the block RAM's output register).  ``pkt.ready`` is low while
+    busy, while a QP's bitmap is cleared and while a timer ACK is being
+    built.  Output streams are registered; the tracker stalls (never drops)
+    while an output is full.  The bitmap (received and last-of-message bits,
+    16 PSNs a word) is read-modify-written with the word written in a cycle
+    forwarded to a read of the same word in that cycle.
     """
 
     def __init__(self, qps: int = 8, window: int = 256):
@@ -192,11 +198,18 @@ class SackTracker(wiring.Component):
         last_port = per_qp(3, "last_port", reset_less=True)
 
         # ---- memories: bitmap words and per-PSN message flags -------------
-        m.submodules.bitmap = bitmap = memory.Memory(shape=_W, depth=qps * nwords, init=[])
+        # Bitmap words: bits 0..15 received, bits 16..31 last-of-message (valid where received).
+        m.submodules.bitmap = bitmap = memory.Memory(shape=2 * _W, depth=qps * nwords, init=[])
         bm_w = bitmap.write_port()
-        bm_r = bitmap.read_port(transparent_for=(bm_w,))
-        flag_layout = data.StructLayout({"last": 1, "has_imm": 1, "imm": 32})
-        m.submodules.flags = flags = memory.Memory(shape=flag_layout, depth=qps * window, init=[])
+        bm_r = bitmap.read_port()       # (not transparent: explicit forwarding below)
+        # Immediate data per PSN slot (block RAM).  A slot is never read for use in the cycle
+        # it is written, so no read/write collision logic.  It is always addressed by PSN e of
+        # QP q (registers) and its read data is registered right away (the EBR output
+        # register): the flags of PSN e in cycle c are in flag_q in cycle c + 2, when the
+        # completion passed in cycle c (cpl_we) is loaded into the cpl output register.
+        flag_layout = data.StructLayout({"has_imm": 1, "imm": 32})
+        m.submodules.flags = flags = memory.Memory(shape=flag_layout, depth=qps * window, init=[],
+                                                   attrs={"no_rw_check": 1})
         fl_w = flags.write_port()
         fl_r = flags.read_port()
 
@@ -207,17 +220,25 @@ class SackTracker(wiring.Component):
             return Cat(lo[:wbits], qp[:qbits])
 
         def one_hot(psn):               # the PSN's bit in its bitmap word
-            return Const(1, _W) << psn[:_WLOG]
+            return (Const(1, _W) << psn[:_WLOG])[:_W]
 
         rd_qp = Signal(3)
         rd_lo = Signal(wbits)           # PSN (low bits) whose word / flags slot is read
         m.d.comb += [
             rd_qp.eq(q),
             bm_r.addr.eq(word_addr(rd_qp, rd_lo)),
-            fl_r.addr.eq(slot_addr(rd_qp, rd_lo)),
         ]
-        word = bm_r.data                # bitmap word of the PSN presented last cycle
-        flag_e = fl_r.data
+        # A word written in the cycle it is addressed for reading is forwarded from registers
+        # (the hit is decided before the clock edge), so the read data is used through one mux.
+        fwd_hit = Signal()
+        fwd_data = Signal(2 * _W, reset_less=True)
+        m.d.sync += [fwd_hit.eq(bm_w.en & (bm_w.addr == bm_r.addr)), fwd_data.eq(bm_w.data)]
+        bm_word = Signal(2 * _W)
+        m.d.comb += bm_word.eq(Mux(fwd_hit, fwd_data, bm_r.data))
+        word = bm_word[:_W]             # bitmap word of the PSN presented last cycle
+        last_w = bm_word[_W:]           # ... and its last-of-message flags
+        flag_q = Signal(flag_layout, reset_less=True)
+        m.d.sync += flag_q.eq(fl_r.data)
 
         # ---- control strobes (set by the FSM) and the registers they load ----
         take = Signal()                 # a packet is taken: cur, q
@@ -241,7 +262,9 @@ class SackTracker(wiring.Component):
             with m.If(port.ready):
                 m.d.sync += port.valid.eq(0)
         place_free = ~self.place.valid | self.place.ready
-        cpl_free = ~self.cpl.valid | self.cpl.ready
+        cpl_wait = Signal()             # a completion waits for its immediate data
+        cpl_fill = Signal()             # a completion's immediate data arrives from flag_q
+        cpl_free = (~self.cpl.valid | self.cpl.ready) & ~cpl_wait & ~cpl_fill
 
         # ---- packet / ACK context registers -------------------------------
         cur = Signal(RxPacket, reset_less=True)
@@ -266,19 +289,25 @@ class SackTracker(wiring.Component):
         m.d.comb += off.eq(cur.psn - e)
         qp_ok = Signal()
         m.d.comb += qp_ok.eq((q < qps) & sel(qvalid))
-        in_win = off < window
-        behind = off[23]
-        bit_cur = word.bit_select(cur.psn[:_WLOG], 1)
+        # Classification of the packet in ``cur``, computed in CLASS from registers and
+        # registered for CHECK (ePSN, the count and the word do not change in between).
+        in_win = Signal()
+        behind = Signal()
+        bit_cur = Signal()
+        at_e = Signal()
+        cnt_hit = Signal()              # the count of new packets reaches ack_every
+        next_set = Signal()             # the PSN after cur.psn is set (or cur.psn ends its word)
         is_new = Signal()
         is_dup = Signal()
         m.d.comb += [
             is_new.eq(qp_ok & in_win & ~bit_cur),
             is_dup.eq(qp_ok & (behind | (in_win & bit_cur))),
         ]
-        at_e = off == 0
         n_unacked = Signal(9)
         m.d.comb += n_unacked.eq(sel(unacked) + 1)
         bit_e = word.bit_select(e[:_WLOG], 1)
+        last_e = last_w.bit_select(e[:_WLOG], 1)
+        m.d.comb += fl_r.addr.eq(slot_addr(q, e))     # flags of PSN e in flag_q 2 cycles later
         msn_q = sel(msn)
         msn_inc = Signal(24)
         m.d.comb += msn_inc.eq(msn_q + 1)
@@ -311,7 +340,7 @@ class SackTracker(wiring.Component):
             m.d.comb += [self.pkt.ready.eq(1), take.eq(self.pkt.valid),
                          rd_qp.eq(self.pkt.payload.qp), rd_lo.eq(self.pkt.payload.psn)]
             with m.If(self.pkt.valid):
-                m.next = "CHECK"
+                m.next = "CLASS"
 
         def finish():
             # Back to IDLE, or straight on with the next packet when nothing else is pending.
@@ -325,7 +354,7 @@ class SackTracker(wiring.Component):
             m.d.comb += rd_lo.eq(lo)
             m.d.sync += j.eq(~self.ack.valid)
 
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(clr_any):
                     m.d.sync += [q.eq(clr_qp), clr_word.eq(0)]
@@ -336,6 +365,19 @@ class SackTracker(wiring.Component):
                     m.next = "ACK"
                 with m.Else():
                     take_packet()
+
+            with m.State("CLASS"):
+                # word = bitmap word of cur.psn (read when the packet was taken).
+                m.d.comb += rd_lo.eq(cur.psn)
+                m.d.sync += [
+                    in_win.eq(off[wbits:] == 0),
+                    behind.eq(off[23]),
+                    at_e.eq(off == 0),
+                    bit_cur.eq(word.bit_select(cur.psn[:_WLOG], 1)),
+                    next_set.eq(Cat(word[1:], Const(1, 1)).bit_select(cur.psn[:_WLOG], 1)),
+                    cnt_hit.eq(n_unacked >= self.ack_every),
+                ]
+                m.next = "CHECK"
 
             with m.State("CHECK"):
                 m.d.comb += rd_lo.eq(cur.psn)                     # hold while stalled
@@ -356,14 +398,12 @@ class SackTracker(wiring.Component):
                         m.d.sync += ack_flags.eq(Mux(ce, wire.SACK_ECN_ECHO, 0))
                         with m.If(is_new):
                             m.d.comb += [cnt["accepted"].eq(1), new_we.eq(1)]
-                            with m.If(n_unacked >= self.ack_every):
+                            with m.If(cnt_hit):
                                 m.d.comb += trig.eq(1)
                             with m.If(at_e & ~cur.last):
                                 m.d.comb += e_we.eq(1)
                             with m.Else():      # (the last PSN of a message completes in ADVANCE)
-                                m.d.comb += [bm_w.addr.eq(word_addr(q, cur.psn)),
-                                             bm_w.data.eq(word | one_hot(cur.psn)),
-                                             bm_w.en.eq(1),
+                                m.d.comb += [bm_w.en.eq(1),
                                              fl_w.en.eq(1)]
                         with m.Elif(is_dup):
                             m.d.comb += [cnt["duplicates"].eq(1), trig.eq(1)]
@@ -372,7 +412,6 @@ class SackTracker(wiring.Component):
                         m.d.sync += ack_need.eq(trig | ce)
                         # In order and the next PSN may be here already: slide.  (A PSN at
                         # the end of its word always goes to ADVANCE, which reads the next.)
-                        next_set = Cat(word[1:], Const(1, 1)).bit_select(cur.psn[:_WLOG], 1)
                         with m.If(is_new & at_e & cur.last):
                             m.next = "REREAD"
                         with m.Elif(is_new & at_e & next_set):
@@ -396,17 +435,15 @@ class SackTracker(wiring.Component):
                 # word / flag_e are those of PSN e of QP q (read last cycle).
                 m.d.comb += rd_lo.eq(e)
                 with m.If(bit_e):
-                    with m.If(cpl_free | ~flag_e.last):
+                    with m.If(cpl_free | ~last_e):
                         m.d.comb += [rd_lo.eq(e_pm),
-                                     bm_w.addr.eq(word_addr(q, e)),
-                                     bm_w.data.eq(word & ~one_hot(e)),
                                      bm_w.en.eq(1),
                                      e_we.eq(1),
-                                     cpl_we.eq(flag_e.last)]
-                        with m.If(flag_e.last):
+                                     cpl_we.eq(last_e)]
+                        with m.If(last_e):
                             m.d.sync += ack_need.eq(1)
                 with m.Elif(~ack_need):
-                    finish()
+                    m.next = "IDLE"     # (not finish(): the next packet is taken from registers)
                 with m.Else():
                     start_ack(e)
 
@@ -421,15 +458,26 @@ class SackTracker(wiring.Component):
                     finish()
 
             with m.State("CLEAR"):
-                m.d.comb += [bm_w.addr.eq(Cat(clr_word[:wbits - _WLOG], q[:qbits])),
-                             bm_w.data.eq(0), bm_w.en.eq(1)]
+                m.d.comb += bm_w.en.eq(1)
                 m.d.sync += clr_word.eq(clr_word + 1)
                 with m.If(clr_word == nwords - 1):
                     m.d.comb += clr_done.eq(1)
                     m.next = "IDLE"
 
+        # Bitmap write address and data depend on the state only (the decision gates bm_w.en).
+        oh_cur, oh_e = Signal(_W), Signal(_W)
+        m.d.comb += [oh_cur.eq(one_hot(cur.psn)), oh_e.eq(one_hot(e))]
+        with m.If(fsm.ongoing("CLEAR")):
+            m.d.comb += [bm_w.addr.eq(Cat(clr_word[:wbits - _WLOG], q[:qbits])), bm_w.data.eq(0)]
+        with m.Elif(fsm.ongoing("ADVANCE")):
+            m.d.comb += [bm_w.addr.eq(word_addr(q, e)),
+                         bm_w.data.eq(Cat(word & ~oh_e, last_w))]
+        with m.Else():
+            m.d.comb += [bm_w.addr.eq(word_addr(q, cur.psn)),
+                         bm_w.data.eq(Cat(word | oh_cur, Mux(cur.last, last_w | oh_cur,
+                                                              last_w & ~oh_cur)))]
         m.d.comb += [fl_w.addr.eq(slot_addr(q, cur.psn)),
-                     fl_w.data.eq(Cat(cur.last, cur.has_imm, cur.imm))]
+                     fl_w.data.eq(Cat(cur.has_imm, cur.imm))]
 
         # ---- datapath registers, each loaded by one strobe ------------------
         with m.If(place_we):
@@ -439,13 +487,14 @@ class SackTracker(wiring.Component):
                 place_pl.addr.eq(cur.addr),
                 place_pl.length.eq(cur.length),
             ]
+        m.d.sync += [cpl_wait.eq(cpl_we), cpl_fill.eq(cpl_wait)]
         with m.If(cpl_we):
+            m.d.sync += [cpl_pl.qp.eq(q), cpl_pl.psn.eq(e)]
+        with m.If(cpl_fill):
             m.d.sync += [
                 self.cpl.valid.eq(1),
-                cpl_pl.qp.eq(q),
-                cpl_pl.psn.eq(e),
-                cpl_pl.has_imm.eq(flag_e.has_imm),
-                cpl_pl.imm.eq(flag_e.imm),
+                cpl_pl.has_imm.eq(flag_q.has_imm),
+                cpl_pl.imm.eq(flag_q.imm),
             ]
         chunk = Signal(_W)
         m.d.comb += chunk.eq(Mux(ack_nack, 0, _window(m, Cat(prev, word), e[:_WLOG])))

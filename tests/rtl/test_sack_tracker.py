@@ -320,7 +320,7 @@ async def run_coalesce_timer(dut):
     tb.taken()
     for psn in range(12, 17):                # five more: exactly one count-triggered ACK
         await tb.send(rx(psn, ev=psn))
-    await ClockCycles(tb.dut.clk, 8)
+    await ClockCycles(tb.dut.clk, 12)      # (the count ACK leaves about 10 cycles after the 5th)
     assert len(tb.acks) == 1 and tb.acks[0]["cum_psn"] == 16 and tb.acks[0]["ev"] == 16
     await ClockCycles(tb.dut.clk, T + 10)    # the ACK reset the timer: nothing more
     assert len(tb.acks) == 1
@@ -367,6 +367,36 @@ async def run_stream(dut):
 
 
 @cocotb.test()
+async def run_same_word(dut):
+    """Back-to-back packets into one bitmap word (read-modify-write forwarding): out-of-order
+    PSNs of a 16-PSN word, then the next word backwards, each PSN followed at once by its
+    duplicate, then the first
+    word again as duplicates, with no gaps between packets."""
+    tb = TB(dut)
+    rnd = random.Random(5)
+    await tb.reset(ack_every=100)
+    await tb.qp_write(3, 0x40)
+    pkts = message(0x40, 32, qp=3, every_last=8, imm=0x900)
+    first = pkts[1:16]
+    rnd.shuffle(first)
+    order = first + [pkts[0]] + [x for p in reversed(pkts[16:]) for x in (p, dict(p))]
+    order += [dict(p) for p in pkts[:16]]
+    expect_places, expect_cpls = [], []
+    for p in order:
+        place, cpls, _ = tb.models[3].packet(p)
+        expect_places.append(place)
+        expect_cpls += cpls
+    for p in order:
+        await tb.send(p)
+    await tb.idle()
+    places, _, cpls = tb.taken()
+    assert places == expect_places
+    assert [p["place"] for p in places] == [1] * 16 + [1, 0] * 16 + [0] * 16
+    assert cpls == expect_cpls and len(cpls) == 4
+    tb.check_counters()
+
+
+@cocotb.test()
 async def run_throughput(dut):
     """Cycles per packet with outputs always ready: in order, then out of order (shuffled)."""
     tb = TB(dut)
@@ -385,9 +415,10 @@ async def run_throughput(dut):
         places, _, cpls = tb.taken()
         assert [p["place"] for p in places] == [1] * 64 and len(cpls) == 1
     dut._log.info("cycles/packet: in order %.2f, shuffled %.2f", *rates)
-    # measured 1.61 / 1.80: about 1 cycle per in-order packet plus 5 per ACK (the bitmap is
-    # read 16 PSNs per cycle); the bounds leave 0.05 of slack for no other reason
-    assert rates[0] <= 1.66 and rates[1] <= 1.85, rates
+    # measured 2.66 / 2.81: about 2 cycles per in-order packet (classify, then act) plus 5 per
+    # ACK (the bitmap is read 16 PSNs per cycle); the bounds leave 0.05 of slack for no other
+    # reason (before the 125 MHz pipelining: 1.61 / 1.80)
+    assert rates[0] <= 2.71 and rates[1] <= 2.86, rates
 
 
 def test_sack_tracker(tmp_path):
