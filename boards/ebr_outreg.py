@@ -21,8 +21,8 @@ read port is ``B`` and the data comes out on ``DOA`` and ``DOB``) is converted w
 
 Then ``REGMODE_X = OUTREG``, ``OCEX`` = the flip-flops' clock enable, ``RSTX`` = their
 reset (``RESETMODE`` = their mode; the EBR output register, like the flip-flop, resets
-to 0), the flip-flops are deleted and the EBR drives their ``Q`` nets.  Several
-flip-flops on one ``DO`` bit (duplicates) are merged into that one net.
+to 0), the flip-flops are deleted and the EBR drives their ``Q`` nets.  A ``DO`` bit
+with more than one flip-flop leaves the port as it is (Yosys merges identical ones first).
 
 Reference: Lattice TN1264 "ECP5 and ECP5-5G Memory Usage Guide" (DP16KD ``REGMODE``,
 ``OCE``, ``RST``); nextpnr-ecp5's DP16KD timing (``REGMODE_A/B`` select the model).
@@ -91,7 +91,7 @@ def absorb_output_registers(netlist: dict, top: str = "top") -> int:
     Returns
     -------
     int
-        Flip-flops removed (absorbed into EBR output registers or merged duplicates).
+        Flip-flops removed (absorbed into EBR output registers).
 
     Raises
     ------
@@ -114,19 +114,16 @@ def absorb_output_registers(netlist: dict, top: str = "top") -> int:
                 if isinstance(b, int):
                     sinks[b].append(("<port>", pname))
 
-    removed, rename = 0, {}
-    for name, cell in list(cells.items()):
-        if cell["type"] != "DP16KD":
-            continue
-        for port in ("A", "B"):
-            removed += _convert_port(cells, name, cell, port, sinks, rename)
-    if rename:
-        _rename_bits(mod, rename)
+    removed = 0
+    for cell in list(cells.values()):
+        if cell["type"] == "DP16KD":
+            for port in ("A", "B"):
+                removed += _convert_port(cells, cell, port, sinks)
     return removed
 
 
-def _convert_port(cells, name, cell, port, sinks, rename) -> int:
-    """Convert read port ``port`` of DP16KD ``name`` if it qualifies; return flip-flops removed."""
+def _convert_port(cells, cell, port, sinks) -> int:
+    """Convert read port ``port`` of a DP16KD if it qualifies; return flip-flops removed."""
     p, c = cell["parameters"], cell["connections"]
     outs = [pin for pin in _port_outputs(cell, port) if isinstance(_one(c, pin), int)]
     if not outs or _s(p.get(f"REGMODE_{port}", "NOREG")) != "NOREG":
@@ -140,8 +137,8 @@ def _convert_port(cells, name, cell, port, sinks, rename) -> int:
         users = sinks.get(_one(c, pin), [])
         if not users:
             continue                    # an unused bit of the port's width
-        if any(u[0] == "<port>" or u[1] != "DI" or cells[u[0]]["type"] != "TRELLIS_FF"
-                            for u in users):
+        if len(users) != 1 or any(u[0] == "<port>" or u[1] != "DI"
+                                  or cells[u[0]]["type"] != "TRELLIS_FF" for u in users):
             return 0
         for ff_name, _ in users:
             ctl = _ff_control(cells[ff_name])
@@ -161,14 +158,10 @@ def _convert_port(cells, name, cell, port, sinks, rename) -> int:
         return 0
 
     removed = 0
-    for pin, ff_names in ffs_of.items():
-        q = _one(cells[ff_names[0]]["connections"], "Q")
-        c[pin] = [q]
-        for extra in ff_names[1:]:
-            rename[_one(cells[extra]["connections"], "Q")] = q
-        for ff_name in ff_names:
-            del cells[ff_name]
-            removed += 1
+    for pin, (ff_name,) in ffs_of.items():
+        c[pin] = [_one(cells[ff_name]["connections"], "Q")]
+        del cells[ff_name]
+        removed += 1
     regs = ("A", "B") if len(_port_outputs(cell, port)) == 36 else (port,)
     for r in regs:                      # 36-bit mode: one output register for all 36 bits
         p[f"REGMODE_{r}"] = "OUTREG"
@@ -178,18 +171,6 @@ def _convert_port(cells, name, cell, port, sinks, rename) -> int:
         p["RESETMODE"] = mode
         p["ASYNC_RESET_RELEASE"] = mode
     return removed
-
-
-def _rename_bits(mod, rename):
-    """Replace net bits by their merged net everywhere in ``mod``."""
-    def sub(bits):
-        return [rename.get(b, b) if isinstance(b, int) else b for b in bits]
-    for cell in mod["cells"].values():
-        cell["connections"] = {pin: sub(bits) for pin, bits in cell["connections"].items()}
-    for port in mod.get("ports", {}).values():
-        port["bits"] = sub(port["bits"])
-    for net in mod.get("netnames", {}).values():
-        net["bits"] = sub(net["bits"])
 
 
 def absorb_file(path, top: str = "top") -> int:
