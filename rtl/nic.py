@@ -384,7 +384,9 @@ class MRCNic(wiring.Component):
         with m.If(rx.ack_rx.valid & rx.ack_rx.ready):
             m.d.sync += self.acks_received.eq(self.acks_received + 1)
 
-        m.d.comb += [rel.ctl_st_en.eq(self.pt_st_en | self.pt_w_en),
+        # the controller's entry writes reach sender reliability one cycle later, from flip-flops
+        # (its ASSUMED_BAD bookkeeping then has its own cycle; no CSR decode in that path)
+        m.d.sync += [rel.ctl_st_en.eq(self.pt_st_en | self.pt_w_en),
                      rel.ctl_st_addr.eq(Mux(self.pt_st_en, self.pt_st_addr, self.pt_w_addr))]
 
         # Probe path: ProbeReq (reliability) or ManualProbe (controller) -> read the

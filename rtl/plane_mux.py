@@ -10,8 +10,8 @@ frames when inputs are waiting.
 Source: ARM IHI 0051A (AMBA 4 AXI4-Stream, packet boundaries on ``tlast``).
 """
 
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
@@ -48,14 +48,18 @@ class PlaneMux(wiring.Component):
     Between frames the grant goes to the first valid source after the one that
     sent the last frame (round robin, so no source waits more than
     ``inputs - 1`` frames); once the granted source's first beat is presented
-    the grant is held until its ``tlast`` beat is taken.  The output is combinational from the granted
-    source (zero latency, no storage): ``m_axis.tvalid`` follows the
-    granted source's ``tvalid`` (never ``tready``), ``tready`` goes back only
-    to the granted source, the others see ``tready`` low.  A new frame may
-    start in the cycle after the previous frame's ``tlast``, so back-to-back
-    frames of one or several sources leave at one beat per clock.  A source
-    that raises ``tvalid`` mid-way keeps its frame until granted; nothing is
-    dropped.
+    the grant is held until its ``tlast`` beat is taken.  The granted source's
+    beats enter a 2-entry ``amaranth.lib.fifo.SyncFIFO`` (first-word fall-through)
+    that drives ``m_axis`` and ``source``: one cycle of latency, and both
+    directions are cut at flip-flops (``m_axis.tvalid``/``tdata`` come from the FIFO,
+    the sources' ``tready`` from its registered level), so neither the sink's
+    ``tready`` nor the source's ``tvalid`` chain through this block into the
+    neighbour's logic (an ECP5 timing rule: the chip's 125 MHz budget has no room
+    for ready/valid paths that span three blocks).  Only the granted source sees
+    ``tready`` high.  A new frame may start in the cycle after the previous frame's
+    ``tlast``, so back-to-back frames of one or several sources leave at one beat per
+    clock.  A source that raises ``tvalid`` mid-way keeps its frame until granted;
+    nothing is dropped.
     """
 
     def __init__(self, inputs: int = 2, data_width: int = 64):
@@ -88,22 +92,29 @@ class PlaneMux(wiring.Component):
             for j in range(n):
                 with m.If((last == j) & srcs[(j + k) % n].tvalid):
                     m.d.comb += pick.eq((j + k) % n)
-        m.d.comb += [grant.eq(Mux(busy, held, pick)), self.source.eq(grant)]
+        m.d.comb += grant.eq(Mux(busy, held, pick))
 
+        # the output register: a 2-entry first-word-fall-through FIFO of beats and their source
+        beat = data.StructLayout({"tdata": self._width, "tkeep": self._width // 8, "tlast": 1,
+                                  "source": 3})
+        m.submodules.out_fifo = q = fifo.SyncFIFO(width=beat.size, depth=2)
+        w, r = beat(q.w_data), beat(q.r_data)
+        a_valid, a_last = Signal(), Signal()            # the granted source's beat
         for i, s in enumerate(srcs):
             with m.If(grant == i):
-                m.d.comb += [
-                    out.tdata.eq(s.tdata), out.tkeep.eq(s.tkeep), out.tlast.eq(s.tlast),
-                    out.tvalid.eq(s.tvalid), s.tready.eq(out.tready),
-                ]
+                m.d.comb += [w.tdata.eq(s.tdata), w.tkeep.eq(s.tkeep), a_last.eq(s.tlast),
+                             a_valid.eq(s.tvalid), s.tready.eq(q.w_rdy)]
             counter = getattr(self, f"frames_{i}")
-            with m.If((grant == i) & s.tvalid & out.tready & s.tlast):
+            with m.If((grant == i) & s.tvalid & q.w_rdy & s.tlast):
                 m.d.sync += counter.eq(counter + 1)
+        m.d.comb += [w.tlast.eq(a_last), w.source.eq(grant), q.w_en.eq(a_valid),
+                     out.tdata.eq(r.tdata), out.tkeep.eq(r.tkeep), out.tlast.eq(r.tlast),
+                     out.tvalid.eq(q.r_rdy), q.r_en.eq(out.tready), self.source.eq(r.source)]
 
         # Once a beat is presented the grant is held (AXI-Stream: tdata may not change while
         # tvalid waits for tready) until the frame's tlast beat is taken.
-        with m.If(out.tvalid):
-            with m.If(out.tready & out.tlast):
+        with m.If(a_valid):
+            with m.If(q.w_rdy & a_last):
                 m.d.sync += [busy.eq(0), last.eq(grant)]
             with m.Else():
                 m.d.sync += [busy.eq(1), held.eq(grant)]
