@@ -22,8 +22,11 @@ honours.)
 
 Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
 --------------------------------------------------------------------------------
-* **input**: per client a 2-entry skid register (``ready`` is registered); the
-  range's compares (base / end group, bit thermometers) are done on the way in.
+* **input**: per client a 2-entry skid register of the raw request (``ready`` is
+  registered; ``valid`` reaches the flip-flops through <= 2 LUT levels, the payload
+  through one mux).
+* **T**: per client, the range's compares of the skid's head (``end = base + count``,
+  base / end group, bit thermometers), registered.
 * **I**: the clients' heads are taken one per clock (round robin when both
   wait) and the request's range mask is registered; I is itself a 2-entry skid,
   so stage A's stall does not reach back into the inputs.
@@ -48,7 +51,9 @@ Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
   table read: S1 the block-RAM read (from the FIFO head, else D's pick), S2 the
   decision (``valid``/``index`` registers, ``entry`` straight from the read port's
   output register: the EBR's own, ~1 ns clock-to-out).  A full S2 holds S1 and the
-  read port; a read that clashed with a same-cycle table write is issued again.
+  read port; a read that clashed with a same-cycle table write is issued again.  The
+  skid queue is a LUT RAM with a thermometer occupancy; the read issue is prepared from
+  registers for both values of ``decision.ready``, which selects last.
 
 Two clients (``clients=2``)
 ---------------------------
@@ -81,14 +86,14 @@ included: a read clashing with a same-cycle write is redone); a decision held by
 
 Resources and timing (Yosys ``synth_ecp5`` + nextpnr ``--out-of-context``,
 LFE5U-25F CABGA256, ``python -m mrcnic.boards.fmax spray``, depth 32, two clients):
-1.78k LUT4 (TRELLIS_COMB), 0.94k FFs, 12 DP16KD, 131 MHz (seed 1) / 134 MHz (seed 2)
-(was 2.1k / 1.6k / 6 / 109 MHz).  The critical path is the loop in C (six LUT
+1.81k LUT4 (TRELLIS_COMB), 0.95k FFs, 12 DP16KD, 129 MHz (seed 1) / 128 MHz (seed 2)
+(was 2.1k / 1.6k / 6 / 109 MHz; 1.78k / 0.94k / 131 / 134 MHz before the input register
+stage T and the ready-last output queue).  The critical path is the loop in C (six LUT
 levels: find-lowest -> forwarded next state).
 """
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -98,8 +103,8 @@ from .path_table import PathTable
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
 
 SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
-LATENCY = 8         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
-OUT_DEPTH = 5       #: decision skid FIFO entries (the 3 scheduled-ahead stages + 1, + 1 for the credit's delay)
+LATENCY = 9         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
+OUT_DEPTH = 5       #: decision skid queue entries in use (the 3 scheduled-ahead stages + 1, + 1 for the credit's delay)
 
 
 def _first_set(m, vec, width, name):
@@ -173,11 +178,11 @@ class SprayScheduler(wiring.Component):
         {index (8 bits), entry (PathEntry, 184 bits)}; ``entry`` is the table
         record as of the cycle ``READ_LATENCY`` = 2 cycles before ``valid`` rose
         (see "Changes while traffic runs"), from flip-flops, with ``state`` GOOD, the state
-        every selected entry has.  Latency ``LATENCY`` = 8 cycles from the
+        every selected entry has.  Latency ``LATENCY`` = 9 cycles from the
         request transfer; one decision per clock sustained when ``req`` is
         always valid and ``decision`` always ready.  Under backpressure up to
-        ``OUT_DEPTH`` + 2 decisions are buffered, then 2 requests in the input
-        skid; ``req.ready`` (registered) then falls.
+        ``OUT_DEPTH`` + 2 decisions are buffered, then 3 requests in the input
+        skid and stage T; ``req.ready`` (registered) then falls.
     req_1, decision_1 : (``clients=2`` only) the second client's pair, as ``req`` /
         ``decision``; its decisions ignore ``avoid``.
     no_path : Out(1)
@@ -255,14 +260,19 @@ class SprayScheduler(wiring.Component):
                                     "lo_eq": n_grp, "hi_gt": n_grp, "hi_eq": n_grp})
         heads = []
         for k, r in enumerate(reqs):
-            main, skid = Signal(req_in, name=f"in{k}_main"), Signal(req_in, name=f"in{k}_skid")
+            # input skid: the raw request, registered straight from the port (``ready`` is
+            # ``~skid_v``; ``valid`` reaches the flip-flops through one or two LUT levels)
+            main, skid = Signal(SprayReq, name=f"in{k}_main"), Signal(SprayReq, name=f"in{k}_skid")
             main_v, skid_v = Signal(name=f"in{k}_main_v"), Signal(name=f"in{k}_skid_v")
-            take = Signal(name=f"in{k}_take")
+            # stage T: the range's compares of the skid's head, registered (the head I takes)
+            t_v, t = Signal(name=f"in{k}_t_v"), Signal(req_in, name=f"in{k}_t")
+            take = Signal(name=f"in{k}_take")          # I takes T's request
+            t_load = Signal(name=f"in{k}_t_load")       # T is free this cycle
             new = Signal(req_in, name=f"in{k}_new")
             end = Signal(10, name=f"in{k}_end")
-            base = r.payload.base
-            m.d.comb += [end.eq(base + r.payload.count), new.qp.eq(r.payload.qp),
-                         r.ready.eq(~skid_v)]
+            base = main.base
+            m.d.comb += [end.eq(base + main.count), new.qp.eq(main.qp), r.ready.eq(~skid_v),
+                         t_load.eq(take | ~t_v)]
             gb, bb, ge, be = base[4:8], base[:4], end[4:], end[:4]
             m.d.comb += [new.lo_th[b].eq(bb <= b) for b in range(16)]
             m.d.comb += [new.hi_th[b].eq(be > b) for b in range(16)]
@@ -270,14 +280,16 @@ class SprayScheduler(wiring.Component):
                 m.d.comb += [new.lo_gt[g].eq(gb < g), new.lo_eq[g].eq(gb == g),
                              new.hi_gt[g].eq(ge > g), new.hi_eq[g].eq(ge == g)]
             accept = r.valid & ~skid_v
-            with m.If(take | ~main_v):
+            with m.If(t_load | ~main_v):
                 with m.If(skid_v):
                     m.d.sync += [main.eq(skid), skid_v.eq(0)]
                 with m.Else():
-                    m.d.sync += [main.eq(new), main_v.eq(accept)]
+                    m.d.sync += [main.eq(r.payload), main_v.eq(accept)]
             with m.Elif(accept):
-                m.d.sync += [skid.eq(new), skid_v.eq(1)]
-            heads.append((main_v, main, take))
+                m.d.sync += [skid.eq(r.payload), skid_v.eq(1)]
+            with m.If(t_load):
+                m.d.sync += [t.eq(new), t_v.eq(main_v)]
+            heads.append((t_v, t, take))
 
         def range_mask(r, name):        # entries base <= i < base + count of head r
             rng = Signal(depth, name=f"{name}_rng")
@@ -565,38 +577,58 @@ class SprayScheduler(wiring.Component):
         return key[3] if self.clients == 2 else C(0, 1)
 
     def _output(self, m, k, dec, d_mine, d_index, table):
-        """Client ``k``'s skid FIFO, table read port and decision (a two-stage read pipeline).
+        """Client ``k``'s skid queue, table read port and decision (a two-stage read pipeline).
 
-        S1 is the block RAM read (issued from the FIFO head, else stage D's pick for ``k``),
+        S1 is the block RAM read (issued from the queue head, else stage D's pick for ``k``),
         S2 the decision: ``valid``/``index`` registers and ``entry`` straight from the read
         port's output register.  S2 advances when it is empty or ``ready``; S1 then moves
         into it, unless its read clashed with a same-cycle write (S1 reads again).  A full S2
-        holds S1 (and the read port's two stages).  Returns ``{"fifo", "pop"}``: ``pop`` --
-        a pick left the FIFO or stage D for S1 this cycle.
+        holds S1 (and the read port's two stages).  ``ready`` reaches the flip-flops and the
+        block RAM's enables through one or two LUT levels: every decision is prepared for
+        both of its values from registers and ``ready`` selects last.  Returns ``{"pop"}``:
+        ``pop`` -- a pick left the queue or stage D for S1 this cycle.
         """
-        fifo = SyncFIFO(width=8, depth=OUT_DEPTH)
-        m.submodules[f"fifo{k}" if k else "fifo"] = fifo
+        qd = 1 << (OUT_DEPTH - 1).bit_length()          # queue entries (>= OUT_DEPTH)
+        qbits = (qd - 1).bit_length()
+        m.submodules[f"queue{k}"] = qmem = Memory(shape=8, depth=qd, init=[])
+        qw = qmem.write_port()
+        qr = qmem.read_port(domain="comb")
+        wptr, rptr = Signal(qbits, name=f"q_wptr{k}"), Signal(qbits, name=f"q_rptr{k}")
+        occ = Signal(qd, name=f"q_occ{k}")        # thermometer: occ[j] = more than j picks queued
         en, addr, adv, rdata, clash = table._rd(k)
         s1_valid, s1_index = Signal(name=f"s1_valid{k}"), Signal(8, name=f"s1_index{k}")
         dec_valid = Signal(name=f"dec_valid{k}")
         dec_index = Signal(8, name=f"dec_index{k}")
-        adv2, move, retry, issue, pop = (Signal(name=f"adv2_{k}"), Signal(name=f"move{k}"),
-                                         Signal(name=f"retry{k}"), Signal(name=f"issue{k}"),
-                                         Signal(name=f"pop{k}"))
+        adv2, move, retry, issue, have = (Signal(name=f"adv2_{k}"), Signal(name=f"move{k}"),
+                                          Signal(name=f"retry{k}"), Signal(name=f"issue{k}"),
+                                          Signal(name=f"have{k}"))
+        ne = occ[0]
+        # S1 frees this cycle: always (empty, or S2 empty), or when ``ready`` (S2 full)
+        free0, free1 = Signal(name=f"free0_{k}"), Signal(name=f"free1_{k}")
         m.d.comb += [
+            have.eq(ne | d_mine),
+            free0.eq(have & (~s1_valid | (~clash & ~dec_valid))),
+            free1.eq(have & s1_valid & ~clash),
             adv2.eq(~dec_valid | dec.ready),
             retry.eq(s1_valid & clash),                   # S1's read clashed: read it again
             move.eq(s1_valid & ~clash & adv2),            # S1 -> S2
-            issue.eq((~s1_valid | move) & (fifo.r_rdy | d_mine)),
-            pop.eq(issue),
+            issue.eq(free0 | (free1 & dec.ready)),        # a new read (queue head or D's pick)
             en.eq(retry | issue),
-            addr.eq(Mux(retry, s1_index, Mux(fifo.r_rdy, fifo.r_data, d_index))),
+            addr.eq(Mux(retry, s1_index, Mux(ne, qr.data, d_index))),
             adv.eq(adv2),
-            fifo.w_data.eq(d_index),
-            fifo.r_en.eq(issue & fifo.r_rdy),
-            fifo.w_en.eq(d_mine & ~(issue & ~fifo.r_rdy)),
+            qr.addr.eq(rptr),
+            qw.en.eq(d_mine), qw.addr.eq(wptr), qw.data.eq(d_index),
         ]
+        # every pick of D is queued; a read (the head, or D's pick when the queue is empty)
+        # takes the entry at rptr
+        with m.If(d_mine):
+            m.d.sync += wptr.eq(wptr + 1)
         with m.If(issue):
+            m.d.sync += rptr.eq(rptr + 1)
+        up = Cat(C(1, 1), occ[:-1])             # occupancy + 1
+        down = Cat(occ[1:], C(0, 1))            # occupancy - 1
+        m.d.sync += occ.eq(Mux(issue, Mux(d_mine, occ, down), Mux(d_mine, up, occ)))
+        with m.If(en):
             m.d.sync += [s1_valid.eq(1), s1_index.eq(addr)]
         with m.Elif(move):
             m.d.sync += s1_valid.eq(0)
@@ -605,4 +637,4 @@ class SprayScheduler(wiring.Component):
         m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index),
                      dec.payload.entry.eq(rdata),
                      dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
-        return {"fifo": fifo, "pop": pop}
+        return {"pop": issue}
