@@ -113,7 +113,8 @@ class MRCNic(wiring.Component):
         costs a second table but keeps the transmit scheduler's one decision per
         clock for data only.
     pt_st_en, pt_st_addr, pt_st_state : In(1), In(8), In(EvState)
-        EV state update (GOOD / ASSUMED_BAD / DENIED), applied to both tables.
+        EV state update (GOOD / ASSUMED_BAD / DENIED), applied to both tables one cycle
+        later (with ``ev_st_*``).
     seg_w_en, seg_w_addr, seg_w_data : In(1), In(8), In(128)
         SRH segment memory write (data frames' uSID carriers).
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(QpContext)
@@ -257,12 +258,13 @@ class MRCNic(wiring.Component):
 
         # EV state updates: the controller's (pt_st_*) win; otherwise sender
         # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).
-        # Every copy of the path table gets the same update.
+        # Every copy of the path table gets the same update, one cycle later from flip-flops
+        # (the choice and the CSR decode stay out of the tables' write-enable paths).
         st_en, st_addr, st_state = Signal(), Signal(8), Signal(EvState)
         with m.If(self.pt_st_en):
-            m.d.comb += [st_en.eq(1), st_addr.eq(self.pt_st_addr), st_state.eq(self.pt_st_state)]
+            m.d.sync += [st_en.eq(1), st_addr.eq(self.pt_st_addr), st_state.eq(self.pt_st_state)]
         with m.Else():
-            m.d.comb += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
+            m.d.sync += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
         m.d.comb += [self.ev_st_en.eq(st_en), self.ev_st_addr.eq(st_addr),
                      self.ev_st_state.eq(st_state)]
         pbits = (self.paths - 1).bit_length()
