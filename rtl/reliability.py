@@ -46,7 +46,7 @@ WINDOW_MARGIN = 24     #: tx_ok needs fewer than ``window - WINDOW_MARGIN`` PSNs
 AVOID_SLOTS = 8        #: entries that can be ECN-avoided at the same time (all QPs)
 MAX_TIMEOUT_EXP = 20   #: ACK timeout exponent cap: at most 1.024 us x 2^20 (~1.07 s)
 _RETX_DEPTH = 8
-_CPL_DEPTH = 8
+_CPL_DEPTH = 16
 _EVENT_DEPTH = 8
 _RECYCLE_DEPTH = 4
 _M24 = (1 << 24) - 1
@@ -176,9 +176,10 @@ class SenderReliability(wiring.Component):
     the engine is busier than one SentInfo per cycle), a step of the current
     ACK, one PSN of the timeout scan (the cycle after a scan step starts
     nothing).  An operation that reads a slot (ACK step, scan) waits while an
-    older one that may write the same slot is in S0 or S1 (a scan: S0-S2); a
-    write in the cycle of the read reaches it through the read port's
-    transparency, so back-to-back updates of one slot are never lost.
+    older one that may write it is in S0 or S1 (a scan: S0-S2), tested on
+    registered flags (an ACK step waits for any SentInfo or scan there); a
+    write in the cycle of the read is forwarded into S2, so back-to-back
+    updates of one slot are never lost.
 
     **ACK processing** (``ack`` stream, one RxPacket of kind ACK at a time;
     ``ready`` is high only between ACKs; other kinds, ``qp >= qps`` and
@@ -202,7 +203,7 @@ class SenderReliability(wiring.Component):
       holds its expiry cycle (one equality compare per slot against a cycle
       counter); expired slots release their entry one per cycle, so when
       several expire in the same cycle the later ones end a cycle later each
-      (an ``ecn_hold`` of 1 acts as 2);
+      (an ``ecn_hold`` of 1..3 acts as 2);
     * no flag (clean ACK): ``clean_acks`` += 1; the entry's avoidance ends and
       its index is offered on ``recycle`` (hint; dropped when its 4-deep FIFO
       is full);
@@ -242,7 +243,7 @@ class SenderReliability(wiring.Component):
     probe-reply search adds ``profile_count + 3``.  A timeout is detected
     within one scan pass (at most ``2 * qps * window`` cycles; the scan
     pauses while an ACK is processed) after it expires, and acted on 6
-    cycles later (``st_en``, event and RetxReq in the same cycle).
+    cycles later (``st_en``; the event and RetxReq enter their FIFOs a cycle after).
     ``avoid`` follows an ECN echo 3 cycles after the ACK's finish cycle (the
     cycle its NSCC update is taken).
 
@@ -428,6 +429,11 @@ class SenderReliability(wiring.Component):
         nxt = Array(Signal(24, name=f"nxt{i}") for i in range(qps))
         outst = Array(Signal(obits, name=f"outst{i}") for i in range(qps))   # nxt - una
         infl = Array(Signal(fbits, name=f"inflight{i}") for i in range(qps))
+        # derived at the configuration write: a new PSN's timeout exponent, retry_count - 1,
+        # retry_count == 0
+        e0q = Array(Signal(5, name=f"e0_{i}") for i in range(qps))
+        rcm1q = Array(Signal(4, name=f"rcm1_{i}") for i in range(qps))
+        rc0q = Array(Signal(name=f"rc0_{i}") for i in range(qps))
         for i in range(qps):
             cw = nscc.cwnd[i]
             m.d.comb += [self.una[i].eq(una[i]), self.inflight[i].eq(infl[i])]
@@ -440,9 +446,12 @@ class SenderReliability(wiring.Component):
         m.d.sync += bad.eq((bad & ~bad_clr) | bad_set)
 
         # ---- memories ---------------------------------------------------
-        m.submodules.slots = slots = memory.Memory(shape=_Slot.size, depth=qps * window, init=[])
+        # no_rw_check: a read meeting a write of its slot gets the written lanes by forwarding
+        # (S2), so synthesis needs no collision logic behind the RAM
+        m.submodules.slots = slots = memory.Memory(shape=_Slot.size, depth=qps * window, init=[],
+                                                   attrs={"no_rw_check": 1})
         sl_w = slots.write_port(granularity=_LANE)
-        sl_r = slots.read_port(transparent_for=(sl_w,))
+        sl_r = slots.read_port()          # not transparent: writes are forwarded in S2
         m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[],
                                                attrs={"ram_style": "block"})
         ev_w = evs.write_port()
@@ -469,16 +478,18 @@ class SenderReliability(wiring.Component):
 
         event_fields = Signal(EvEvent)
         event_push = Signal()
-        m.d.comb += [ev_f.w_data.eq(event_fields), ev_f.w_en.eq(event_push)]
-        inc(self.ev_events, event_push)
-        inc(self.events_dropped, event_push & ~ev_f.w_rdy)
+        # pushes reach the output FIFOs through a register (the FIFO's level logic is then
+        # not behind the decision)
+        m.d.sync += [ev_f.w_data.eq(event_fields), ev_f.w_en.eq(event_push)]
+        inc(self.ev_events, ev_f.w_en)
+        inc(self.events_dropped, ev_f.w_en & ~ev_f.w_rdy)
 
         retx_data = Signal(RetxReq)
         retx_push = Signal()
         retx_room = Signal()              # registered: room for a push in this cycle or the next
         m.d.sync += retx_room.eq(_lt_c(retx_f.level, _RETX_DEPTH - 2))
-        m.d.comb += [retx_f.w_data.eq(retx_data), retx_f.w_en.eq(retx_push)]
-        inc(self.retransmissions, retx_push)
+        m.d.sync += [retx_f.w_data.eq(retx_data), retx_f.w_en.eq(retx_push)]
+        inc(self.retransmissions, retx_f.w_en)
 
         m.d.sync += self.st_en.eq(0)
 
@@ -494,53 +505,42 @@ class SenderReliability(wiring.Component):
         # reads) -> S2 slot data (registered RAM output) -> S3 write-back and accumulators
         # -> S4 a timeout's write-back.  An operation that reads the slot is not selected while
         # an older one that may write the same slot is in S0 or S1 (a scan: S0..S2); a write
-        # landing with the read reaches it through the transparent read port.
+        # landing with the read reaches it through the transparent read port.  The test is
+        # made on registered flags (no address compare in the selection): a SentInfo in S0/S1
+        # holds every read; a SACK in S0/S1 holds a trim read (SACK steps of one ACK touch
+        # distinct slots); a scan in S0..S2 holds every read, except that a scan only waits for
+        # an older scan of the same slot (registered address compares, see ``sc_c1``).
         def is_job(op):
             return (op == _OP_CUM) | (op == _OP_SACK) | (op == _OP_TRIM)
 
         def is_writer(op):
             return (op == _OP_SENT) | (op == _OP_SACK) | (op == _OP_SCAN)
 
-        s0_op = Signal(range(6))
-        s0_qp = Signal(3)
-        s0_psn = Signal(24)
-        s0_addr = Signal(abits)
-        m.d.comb += s0_addr.eq(slot_addr(s0_qp, s0_psn))
+        stage = data.StructLayout({"op": range(6), "qp": 3, "psn": 24, "addr": abits,
+                                   "sent": SentInfo, "wr": 1, "is_sent": 1, "is_sack": 1,
+                                   "is_scan": 1, "job": 1})
+        s0 = Signal(stage)                 # the operation selected this cycle (comb)
+        m.d.comb += [s0.addr.eq(slot_addr(s0.qp, s0.psn)), s0.sent.eq(sent_head),
+                     s0.wr.eq(is_writer(s0.op)), s0.is_sent.eq(s0.op == _OP_SENT),
+                     s0.is_sack.eq(s0.op == _OP_SACK), s0.is_scan.eq(s0.op == _OP_SCAN),
+                     s0.job.eq(is_job(s0.op))]
+        s0_op, s0_qp, s0_psn = s0.op, s0.qp, s0.psn
         # the selected operation is registered (S0) and its register is the read address
-        r0_op = Signal(range(6))
-        r0_qp = Signal(3)
-        r0_psn = Signal(24)
-        r0_sent = Signal(SentInfo)
-        r0_addr = Signal(abits)
-        r0_wr = Signal()
-        m.d.sync += [r0_op.eq(s0_op), r0_qp.eq(s0_qp), r0_psn.eq(s0_psn), r0_sent.eq(sent_head),
-                     r0_addr.eq(s0_addr), r0_wr.eq(is_writer(s0_op))]
+        r0 = Signal(stage)
+        s1 = Signal(stage)
+        s2 = Signal(stage)
+        m.d.sync += [r0.eq(s0), s1.eq(r0), s2.eq(s1)]
+        r0_op, r0_qp, r0_psn, r0_addr = r0.op, r0.qp, r0.psn, r0.addr
+        s1_op, s1_qp, s1_psn, s1_sent, s1_addr = s1.op, s1.qp, s1.psn, s1.sent, s1.addr
+        s2_op, s2_qp, s2_psn, s2_sent, s2_addr = s2.op, s2.qp, s2.psn, s2.sent, s2.addr
         m.d.comb += sl_r.addr.eq(r0_addr)
-        s1_op = Signal(range(6))
-        s1_qp = Signal(3)
-        s1_psn = Signal(24)
-        s1_sent = Signal(SentInfo)
-        s1_addr = Signal(abits)
-        s1_wr = Signal()
-        m.d.sync += [s1_op.eq(r0_op), s1_qp.eq(r0_qp), s1_psn.eq(r0_psn), s1_sent.eq(r0_sent),
-                     s1_addr.eq(r0_addr), s1_wr.eq(r0_wr)]
-        s2_op = Signal(range(6))
-        s2_qp = Signal(3)
-        s2_psn = Signal(24)
-        s2_sent = Signal(SentInfo)
-        s2_addr = Signal(abits)
         s2_new_ok = Signal()              # a new SentInfo that was accepted
         s2_qok = Signal()                 # qp < qps and configured
-        s2_off_hi = Signal(24 - obits)    # (psn - una) >> obits
+        s2_inr = Signal()                 # qok and psn in [una, nxt)
         s2_off_lo = Signal(obits)
-        s2_lt = Signal()                  # (psn - una) % 2**obits < outst
         s2_e0 = Signal(5)                 # ACK-timeout exponent of a new PSN
         s2_rcm1 = Signal(4)               # retry_count - 1
         s2_rc0 = Signal()                 # retry_count == 0
-        s3_rcm1 = Signal(4)
-        s3_rc0 = Signal()
-        m.d.sync += [s2_op.eq(s1_op), s2_qp.eq(s1_qp), s2_psn.eq(s1_psn), s2_sent.eq(s1_sent),
-                     s2_addr.eq(s1_addr)]
         s3_op = Signal(range(6))
         s3_qp = Signal(3)
         s3_psn = Signal(24)
@@ -551,6 +551,7 @@ class SenderReliability(wiring.Component):
         s3_scan = Signal()                # a scan of an outstanding, unacknowledged PSN
         s3_age = Signal(22)               # (now - send_ns) >> 10
         s3_le = Signal(20)                # bit k: texp <= k
+        s3_rt = Signal(9)                 # {retries, texp} after a timeout of this PSN
         s3_infl_en = Signal()
         s3_delta = Signal(fbits)
         s3_newly = Signal()
@@ -566,10 +567,13 @@ class SenderReliability(wiring.Component):
         s4_addr = Signal(abits)
         s4_rt = Signal(9)                 # {retries, texp} of that write
 
-        def conflict(qp, psn):
-            a = slot_addr(qp, psn)
-            return ((r0_wr & (r0_addr == a)) | (s1_wr & (s1_addr == a))
-                    | ((s2_op == _OP_SCAN) & (s2_addr == a)))
+        # registered read holds (see above)
+        hold_sent = Signal()               # a SentInfo in S0 or S1 next cycle
+        hold_scan = Signal()               # a scan in S0..S2 next cycle
+        hold_sack = Signal()               # a SACK in S0 or S1 next cycle
+        m.d.sync += [hold_sent.eq(s0.is_sent | r0.is_sent),
+                     hold_scan.eq(s0.is_scan | r0.is_scan | s1.is_scan),
+                     hold_sack.eq(s0.is_sack | r0.is_sack)]
 
         # ---- ACK job state ----------------------------------------------------
         job = Signal(RxPacket)
@@ -582,6 +586,7 @@ class SenderReliability(wiring.Component):
         sack_rem = Signal(64)
         sack_psn = Signal(24)              # PSN of sack_rem bit 0
         sack_nz = Signal()
+        sack_skip = Signal()               # sack_rem[:8] == 0
         newly = Signal(fbits)
         last_send = Signal(32)
         hit_v = Signal()
@@ -632,7 +637,8 @@ class SenderReliability(wiring.Component):
                     with m.If((p.kind == RxKind.ACK) & _lt_c(p.qp, qps) & qvalid[p.qp[:qb]]):
                         m.d.sync += [job.eq(p), job_psn1.eq(p.psn + 1),
                                      sack_rem.eq(p.ack.bitmap), sack_psn.eq(p.ack.base_psn),
-                                     sack_nz.eq(p.ack.bitmap != 0)]
+                                     sack_nz.eq(p.ack.bitmap != 0),
+                                     sack_skip.eq(p.ack.bitmap[:8] == 0)]
                         m.next = "START"
                     with m.Else():
                         inc(self.acks_dropped)
@@ -678,16 +684,23 @@ class SenderReliability(wiring.Component):
                     m.next = "IDLE"
 
         in_cum = ackjob.ongoing("CUM") & cum_nz
-        in_sack = ackjob.ongoing("SACK") & sack_nz
+        # in_sack: registered "state SACK and bits left" (set on the CUM -> SACK transition,
+        # follows sack_nz in SACK)
+        in_sack = Signal()
+        with m.If(ackjob.ongoing("CUM") & ~cum_nz):
+            m.d.sync += in_sack.eq(sack_nz)
+        with m.Elif(~ackjob.ongoing("SACK")):
+            m.d.sync += in_sack.eq(0)
         in_trim = ackjob.ongoing("TRIM")
         m.d.comb += srch_busy.eq(ackjob.ongoing("SEARCH"))
         # SACK walk: bit 0 of sack_rem is PSN sack_psn; a zero low byte is skipped in one
         # cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
-        sack_skip = sack_rem[:8] == 0
+        # (sack_skip is registered: sack_rem[:8] == 0)
 
         def sack_shift(k):
             rem = sack_rem >> k
-            m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + k), sack_nz.eq(rem != 0)]
+            m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + k), sack_nz.eq(rem != 0),
+                         in_sack.eq(rem != 0), sack_skip.eq(rem[:8] == 0)]
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
@@ -713,26 +726,41 @@ class SenderReliability(wiring.Component):
         # one "go" signal per source, each from a few registers (the cycle after a scan is a
         # bubble: see the write-back in S3/S4); a SentInfo never reads, so it never waits
         hold0 = Signal()
-        m.d.comb += hold0.eq(self.cfg_w_en | (r0_op == _OP_SCAN))
+        cfg_busy = Signal()                # a configuration write was registered (wa_ok)
+        m.d.comb += hold0.eq(cfg_busy | r0.is_scan)
         sent_go = Signal()
         m.d.comb += [sent_go.eq(sf.r_rdy & ~hold0), sf.r_en.eq(sent_go)]
         free0 = Signal()                   # no SentInfo and no bubble this cycle
         m.d.comb += free0.eq(~sf.r_rdy & ~hold0)
+        job_hold = Signal()
+        m.d.comb += job_hold.eq(hold_sent | hold_scan)
+        cpl_room = Signal()                # registered: room for the CUMs in flight
+        m.d.sync += cpl_room.eq(_lt_c(cpl_f.level, _CPL_DEPTH - 6))
         cum_go = Signal()
-        m.d.comb += cum_go.eq(free0 & in_cum & _lt_c(cpl_f.level, _CPL_DEPTH - 2)
-                              & ~conflict(job_qp, cum_ptr))
+        m.d.comb += cum_go.eq(free0 & in_cum & cpl_room & ~job_hold)
         sack_step = Signal()
         sack_go = Signal()
-        m.d.comb += [sack_step.eq(free0 & in_sack & (sack_skip | ~sack_rem[0]
-                                                     | ~conflict(job_qp, sack_psn))),
+        m.d.comb += [sack_step.eq(free0 & in_sack & (sack_skip | ~sack_rem[0] | ~job_hold)),
                      sack_go.eq(sack_step & ~sack_skip & sack_rem[0])]
         trim_go = Signal()
-        m.d.comb += [trim_taken.eq(free0 & in_trim & (~f_trim
-                                                      | ~conflict(job_qp, job.ack.base_psn))),
+        m.d.comb += [trim_taken.eq(free0 & in_trim & (~f_trim | ~(job_hold | hold_sack))),
                      trim_go.eq(trim_taken & f_trim)]
+        # a scan waits for an older scan of the same slot in S1/S2 (compares registered a cycle
+        # early: the scan position does not move in the cycle after a scan, a bubble) and for
+        # a SentInfo in S0/S1
+        scan_addr = Signal(abits)
+        m.d.comb += scan_addr.eq(slot_addr(scan_q, scan_psn))
+        sc_c1 = Signal()
+        sc_c2 = Signal()
+        m.d.sync += [sc_c1.eq(r0.is_scan & (r0_addr == scan_addr)),
+                     sc_c2.eq(s1.is_scan & (s1_addr == scan_addr))]
+        # the scan's wrap test, registered (scan_off, scan_q and outst are stable for the
+        # bubble cycle after a scan step; a stale outst only ends a pass early or late by one)
+        scan_last = Signal()
+        m.d.sync += scan_last.eq((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q])
         scan_go = Signal()
         m.d.comb += scan_go.eq(free0 & ackjob.ongoing("IDLE") & ~to_pending
-                               & ~conflict(scan_q, scan_psn))
+                               & ~hold_sent & ~sc_c1 & ~sc_c2)
         with m.If(sent_go):
             m.d.comb += s0_op.eq(_OP_SENT)
         with m.If(cum_go):
@@ -753,51 +781,76 @@ class SenderReliability(wiring.Component):
             nq = (scan_q + 1)[:len(scan_q)] if qps > 1 else scan_q
             if qps > 1 and qps & (qps - 1):
                 nq = Mux(scan_q == qps - 1, 0, scan_q + 1)
-            with m.If((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q]):
+            with m.If(scan_last):
                 m.d.sync += [scan_off.eq(0), scan_q.eq(nq), scan_psn.eq(una[nq])]
             with m.Else():
                 m.d.sync += [scan_off.eq(scan_off + 1), scan_psn.eq(scan_psn + 1)]
 
         # ---- stage 1: per-QP PSN state (read and written only here) --------------------
+        # what S1 needs is compared / subtracted one cycle early (from the S0 register) against
+        # nxt/una as they are then, and corrected in S1 for the update the operation ahead
+        # of it (then in S1) made: nxt + 1 (new SentInfo) or una + 1 (CUM) of the same QP
+        q0 = r0_qp[:qb]
         q1 = s1_qp[:qb]
-        qok1 = Signal()
-        m.d.comb += qok1.eq(_lt_c(s1_qp, qps) & qvalid[q1])
-        nxt_eq = Signal()
-        for i in range(qps):
-            with m.If(q1 == i):
-                m.d.comb += nxt_eq.eq(s1_psn == nxt[i])
+        nxt1 = Array(Signal(24, name=f"nxt1_{i}") for i in range(qps))    # nxt + 1
+        s1_qok = Signal()                  # qp < qps and configured
+        s1_eq0 = Signal()                  # psn == nxt (before the update ahead)
+        s1_eq1 = Signal()                  # psn == nxt + 1
+        s1_d0 = Signal(24)                 # psn - una (before the update ahead)
+        s1_d1 = Signal(24)                 # psn - una - 1
+        s1_bn = Signal()                   # the operation ahead advanced nxt of this QP
+        s1_bu = Signal()                   # the operation ahead advanced una of this QP
+        qok1 = s1_qok
         new_ok = Signal()
-        m.d.comb += new_ok.eq((s1_op == _OP_SENT) & ~s1_sent.retx & qok1 & nxt_eq
-                              & ~outst[q1][wbits])
+        cum_ok = Signal()
+        same = Signal()
+        m.d.comb += same.eq(q1 == q0)
+        m.d.sync += [s1_qok.eq(_lt_c(r0_qp, qps) & qvalid[q0]),
+                     s1_eq0.eq(r0_psn == nxt[q0]), s1_eq1.eq(r0_psn == nxt1[q0]),
+                     s1_d0.eq(r0_psn - una[q0]), s1_d1.eq(r0_psn + ~una[q0]),
+                     s1_bn.eq(new_ok & same), s1_bu.eq(cum_ok & same)]
+        nxt_eq = Signal()
+        m.d.comb += nxt_eq.eq(Mux(s1_bn, s1_eq1, s1_eq0))
+        m.d.comb += new_ok.eq(s1.is_sent & ~s1_sent.retx & qok1 & nxt_eq & ~outst[q1][wbits])
         with m.If(new_ok):
-            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), outst[q1].eq(outst[q1] + 1)]
-        inc(self.sent_dropped, (s1_op == _OP_SENT) & ~s1_sent.retx & ~new_ok)
+            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), nxt1[q1].eq(nxt1[q1] + 1),
+                         outst[q1].eq(outst[q1] + 1)]
+        inc(self.sent_dropped, s1.is_sent & ~s1_sent.retx & ~new_ok)
         # a CUM operation always targets una (the ACK job bounded it by outst)
-        with m.If((s1_op == _OP_CUM) & qok1):
+        m.d.comb += cum_ok.eq((s1_op == _OP_CUM) & qok1)
+        with m.If(cum_ok):
             m.d.sync += [una[q1].eq(una[q1] + 1), outst[q1].eq(outst[q1] - 1)]
         off1 = Signal(24)
-        m.d.comb += off1.eq(s1_psn - una[q1])
-        c1 = cfg[q1]
-        m.d.sync += [s2_new_ok.eq(new_ok), s2_qok.eq(qok1), s2_off_hi.eq(off1[obits:]),
-                     s2_off_lo.eq(off1[:obits]), s2_lt.eq(off1[:obits] < outst[q1]),
-                     s2_e0.eq(Mux(_ge_c(c1.ack_timeout_exp, MAX_TIMEOUT_EXP), MAX_TIMEOUT_EXP,
-                                  c1.ack_timeout_exp + (c1.retry_count == 0))),
-                     s2_rcm1.eq(c1.retry_count - 1), s2_rc0.eq(c1.retry_count == 0)]
-        m.d.sync += [s3_rcm1.eq(s2_rcm1), s3_rc0.eq(s2_rc0)]
+        m.d.comb += off1.eq(Mux(s1_bu, s1_d1, s1_d0))
+        m.d.sync += [s2_new_ok.eq(new_ok), s2_qok.eq(qok1),
+                     s2_inr.eq(qok1 & (off1[obits:] == 0) & (off1[:obits] < outst[q1])),
+                     s2_off_lo.eq(off1[:obits]),
+                     s2_e0.eq(e0q[q1]), s2_rcm1.eq(rcm1q[q1]), s2_rc0.eq(rc0q[q1])]
         m.d.comb += [ev_w.en.eq((s1_op == _OP_SENT) & _lt_c(s1_qp, qps)
                                 & _lt_c(s1_sent.index, paths)),
                      ev_w.addr.eq(s1_sent.index), ev_w.data.eq(s1_sent.ev)]
 
         # ---- stage 2: registered slot data --------------------------------------------
-        # rd is a fabric register behind the block RAM's output.  ``s2_nack`` (an inverted copy
-        # of one bit) gives the read data a second user, so that synthesis keeps rd out of the
-        # RAM (it would otherwise merge rd into the RAM's output and keep the address register
-        # in the fabric, leaving S2's logic on the RAM's slow clock-to-out).
+        # rd_raw registers the block RAM's read data and nothing else (the EBR's output
+        # register, see boards/ebr_outreg.py).  The lanes written in the cycle of the read
+        # (the only write an issued read can meet, see the read holds) are forwarded: they
+        # are registered twice beside the read and replace the RAM's lanes in S2.
+        rd_raw = Signal(_Slot)
+        m.d.sync += rd_raw.eq(sl_r.data)
+        fw1_en = Signal(12)
+        fw1_d = Signal(_Slot)
+        fw2_en = Signal(12)
+        fw2_d = Signal(_Slot)
+        m.d.sync += [fw1_en.eq(Mux(sl_w.addr == r0_addr, sl_w.en, 0)), fw1_d.eq(sl_w.data),
+                     fw2_en.eq(fw1_en), fw2_d.eq(fw1_d)]
         rd = Signal(_Slot)
+        m.d.comb += rd.eq(Cat(Mux(fw2_en[k], fw2_d.as_value()[_LANE * k:_LANE * (k + 1)],
+                                  rd_raw.as_value()[_LANE * k:_LANE * (k + 1)])
+                              for k in range(12)))
         s2_nack = Signal()
-        m.d.sync += [rd.eq(sl_r.data), s2_nack.eq(~_Slot(sl_r.data).acked)]
+        m.d.comb += s2_nack.eq(~rd.acked)
         in_range = Signal()
-        m.d.comb += in_range.eq(s2_qok & (s2_off_hi == 0) & s2_lt)
+        m.d.comb += in_range.eq(s2_inr)
         nacked = Signal()
         m.d.comb += nacked.eq(in_range & s2_nack)
         newly_c = Signal()
@@ -822,15 +875,24 @@ class SenderReliability(wiring.Component):
             m.d.comb += wen.eq(_LANES_LA)
         age = Signal(32)
         m.d.comb += age.eq(now - rd.send_ns)
+        # a timeout: retries + 1 (saturating), texp + 1 once retries + 1 >= retry_count
+        # (capped at MAX_TIMEOUT_EXP); computed for every read, used by a timed-out scan
+        r2 = rd.retries
+        r_next = Signal(4)
+        m.d.comb += r_next.eq(Mux(r2 == 15, 15, r2 + 1))
+        e_up = Signal()
+        m.d.comb += e_up.eq((r2 != 15) & (s2_rc0 | _ge_v(r2, s2_rcm1))
+                            & _lt_c(rd.texp, MAX_TIMEOUT_EXP))
         m.d.sync += [s3_wd.eq(wd), s3_wen.eq(wen), s3_scan.eq((s2_op == _OP_SCAN) & nacked),
                      s3_age.eq(age[10:]),
                      s3_le.eq(Cat(_le_c(rd.texp, k) for k in range(MAX_TIMEOUT_EXP))),
+                     s3_rt.eq(Cat(r_next, Mux(e_up, rd.texp + 1, rd.texp))),
                      s3_infl_en.eq((is_sent2 & s2_new_ok) | newly_c),
                      s3_delta.eq(Mux(is_sent2, s2_sent.length, -rd.length)),
                      s3_newly.eq(newly_c), s3_len.eq(rd.length), s3_send.eq(rd.send_ns),
-                     s3_hit.eq(newly_c & (rd.ev == job.ack.ev)), s3_index.eq(rd.index),
+                     s3_index.eq(rd.index),
                      s3_ev.eq(rd.ev)]
-        m.d.comb += [cpl_f.w_en.eq((s2_op == _OP_CUM) & s2_qok & rd.msg_last),
+        m.d.sync += [cpl_f.w_en.eq((s2_op == _OP_CUM) & s2_qok & rd.msg_last),
                      cpl_f.w_data.eq(Cat(s2_qp, s2_psn))]
         with m.If((s2_op == _OP_TRIM) & nacked):
             m.d.sync += [trim_v.eq(1), trim_idx.eq(rd.index)]
@@ -843,18 +905,9 @@ class SenderReliability(wiring.Component):
                                | s3_age[MAX_TIMEOUT_EXP:].any())
         to_set = Signal()
         m.d.comb += to_set.eq(s3_scan & expired & ~to_pending)
-        # a timeout: retries + 1 (saturating), texp + 1 once retries + 1 >= retry_count
-        # (capped at MAX_TIMEOUT_EXP)
-        r3 = s3_wd.retries
-        r_next = Signal(4)
-        m.d.comb += r_next.eq(Mux(r3 == 15, 15, r3 + 1))
-        e_up = Signal()
-        m.d.comb += e_up.eq((r3 != 15) & (s3_rc0 | _ge_v(r3, s3_rcm1))
-                            & _lt_c(s3_wd.texp, MAX_TIMEOUT_EXP))
         # all write-port inputs come from registers: a timeout's write-back is one cycle
         # later (S4); the operation behind a scan is always a bubble, so S3 never writes then
-        m.d.sync += [s4_tw.eq(to_set), s4_addr.eq(s3_addr),
-                     s4_rt.eq(Cat(r_next, Mux(e_up, s3_wd.texp + 1, s3_wd.texp)))]
+        m.d.sync += [s4_tw.eq(to_set), s4_addr.eq(s3_addr), s4_rt.eq(s3_rt)]
         sl_wd = Signal(_Slot)
         m.d.comb += [sl_wd.eq(s3_wd), sl_wd.send_ns.eq(now), sl_w.data.eq(sl_wd)]
         with m.If(s4_tw):
@@ -866,6 +919,7 @@ class SenderReliability(wiring.Component):
             m.d.sync += infl[q3].eq(infl[q3] + s3_delta)
         with m.If(s3_newly):
             m.d.sync += [newly.eq(newly + s3_len), last_send.eq(s3_send)]
+        m.d.comb += s3_hit.eq(s3_newly & (s3_ev == job.ack.ev))     # EV compare in S3
         with m.If(s3_hit):
             m.d.sync += [hit_v.eq(1), hit_idx.eq(s3_index)]
         s4_qp = Signal(3)
@@ -886,13 +940,16 @@ class SenderReliability(wiring.Component):
         # ---- timeout action (waits 4 cycles: registered profile / GOOD-count tests) -------
         t_idx = to.avoid_index
         t_in_prof = Signal()
+        t_el = Signal()
+        t_bd = Signal()
         t_elig = Signal()
+        m.d.comb += t_elig.eq(t_el & ~t_bd)
         t_thr = Signal(10)
         t_hold = Signal()
         t_bit = Signal(paths)
         m.d.sync += t_bit.eq(onehot(t_idx, "t_bit_c"))
         m.d.sync += [t_in_prof.eq(bit_of(pmq[to.qp[:qb]], t_idx)),
-                     t_elig.eq(bit_of(self.eligible & ~bad, t_idx)),
+                     t_el.eq(bit_of(self.eligible, t_idx)), t_bd.eq(bit_of(bad, t_idx)),
                      t_thr.eq(cfg[to.qp[:qb]].ev_min_active + t_in_prof),
                      t_hold.eq(good_cnt < t_thr)]
         with m.If(to_pending & (to_wait != 4)):
@@ -927,29 +984,35 @@ class SenderReliability(wiring.Component):
         av_arm = Signal(AVOID_SLOTS)           # (re)armed this cycle
         av_end = Signal(AVOID_SLOTS)           # ended by a clean ACK
         m.d.sync += [avb.eq((avb & ~avb_clr) | avb_set), self.avoid.eq(avb)]
+        # expiry compare registered: av_eq[i] = (cyc == av_x[i]) one cycle ago, so the slot
+        # is armed with cyc + ecn_hold - 3 and the compare is ignored in the cycle after an arm
+        av_eq = Signal(AVOID_SLOTS)
+        av_arm_r = Signal(AVOID_SLOTS)
+        m.d.sync += [av_eq.eq(Cat(cyc == av_x[i] for i in range(AVOID_SLOTS))),
+                     av_arm_r.eq(av_arm)]
         av_exp = Signal(AVOID_SLOTS)
-        m.d.comb += av_exp.eq(Cat(av_v[i] & (cyc == av_x[i]) for i in range(AVOID_SLOTS)))
+        m.d.comb += av_exp.eq(av_v & av_eq & ~av_arm_r)
         # release one expired slot per cycle (lowest first): its entry bit falls a cycle later
         av_pick = Signal(AVOID_SLOTS)
-        m.d.comb += av_pick.eq(av_p & -av_p)
-        exp_i = Signal(range(AVOID_SLOTS))
-        for i in reversed(range(AVOID_SLOTS)):
-            with m.If(av_p[i]):
-                m.d.comb += exp_i.eq(i)
+        m.d.comb += av_pick.eq(Cat(av_p[i] & ~av_p[:i].any() if i else av_p[0]
+                                   for i in range(AVOID_SLOTS)))
         exp_v = Signal()
-        exp_s = Signal(range(AVOID_SLOTS))
+        exp_pk = Signal(AVOID_SLOTS)           # the slot released (one-hot)
         exp_idx = Signal(8)
-        m.d.sync += [exp_v.eq(av_p.any()), exp_s.eq(exp_i), exp_idx.eq(Array(av_i)[exp_i])]
+        pick_idx = Const(0, 8)
+        for i in range(AVOID_SLOTS):
+            pick_idx = pick_idx | Mux(av_pick[i], av_i[i], 0)
+        m.d.sync += [exp_v.eq(av_p.any()), exp_pk.eq(av_pick), exp_idx.eq(pick_idx)]
         exp_bit = onehot(exp_idx, "exp_bit")
-        hold_m2 = Signal(24)                   # ecn_hold - 2 (expiry compare is 2 cycles early)
-        hold_le2 = Signal()
+        hold_m3 = Signal(24)                   # ecn_hold - 3 (expiry compare is 3 cycles early)
+        hold_le3 = Signal()
         hold_nz = Signal()
         m.d.sync += [av_v.eq((av_v & ~av_pick & ~av_end) | av_arm),
                      av_p.eq(((av_p | av_exp) & ~av_pick & ~av_end & ~av_arm)
-                             | Mux(hold_le2, av_arm, 0))]
+                             | Mux(hold_le3, av_arm, 0))]
         for i in range(AVOID_SLOTS):
             with m.If(av_arm[i]):
-                m.d.sync += av_x[i].eq(cyc + hold_m2)
+                m.d.sync += av_x[i].eq(cyc + hold_m3)
 
         # ---- finish the ACK ------------------------------------------------------
         need_upd = Signal()
@@ -969,13 +1032,13 @@ class SenderReliability(wiring.Component):
                          av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx)
                                        for i in range(AVOID_SLOTS))),
                          av_free.eq(free), av_full.eq(av_v.all()),
-                         hold_m2.eq(fcfg.ecn_hold - 2), hold_le2.eq(_le_c(fcfg.ecn_hold, 2)),
+                         hold_m3.eq(fcfg.ecn_hold - 3), hold_le3.eq(_le_c(fcfg.ecn_hold, 3)),
                          hold_nz.eq(fcfg.ecn_hold != 0)]
         with m.If(ackjob.ongoing("FIN1")):
             m.d.sync += others.eq((good_r & ~avb & ~hit_bit).any())
         # an entry released a cycle ago keeps its bit when its slot was re-armed since
         exp_clr = Signal(paths)
-        m.d.comb += exp_clr.eq(Mux(exp_v & ~Array(av_v)[exp_s], exp_bit, 0))
+        m.d.comb += exp_clr.eq(Mux(exp_v & ~(av_v & exp_pk).any(), exp_bit, 0))
         m.d.comb += avb_clr.eq(exp_clr)
         upd = nscc.upd
         m.d.comb += [upd.payload.qp.eq(job_qp), upd.payload.acked.eq(newly),
@@ -1037,14 +1100,16 @@ class SenderReliability(wiring.Component):
                      srch_vc.eq(srch_busy & srch_vb & (srch_x == 0) & bit_of(bad, srch_ib)),
                      srch_ic.eq(srch_ib), srch_cbit.eq(onehot(srch_ib, "srch_bit"))]
         srch_clr = Signal(paths)
+        more = Signal()                    # registered (srch_left != 0) & (srch_idx < paths)
         with m.If(fin_go):
             m.d.sync += [srch_idx.eq(fcfg.profile_base), srch_left.eq(fcfg.profile_count),
-                         srch_va.eq(0)]
+                         srch_va.eq(0),
+                         more.eq((fcfg.profile_count != 0) & _lt_c(fcfg.profile_base, paths))]
         with m.If(srch_busy):
-            more = (srch_left != 0) & _lt_c(srch_idx, paths)
             m.d.sync += [srch_va.eq(more), srch_ia.eq(srch_idx)]
             with m.If(more):
-                m.d.sync += [srch_idx.eq(srch_idx + 1), srch_left.eq(srch_left - 1)]
+                m.d.sync += [srch_idx.eq(srch_idx + 1), srch_left.eq(srch_left - 1),
+                             more.eq((srch_left != 1) & _lt_c(srch_idx, paths - 1))]
             m.d.comb += srch_done.eq(~more & ~srch_va & ~srch_vb & ~srch_vc)
         # (srch_vc implies SEARCH)
         with m.If(srch_vc):
@@ -1086,19 +1151,22 @@ class SenderReliability(wiring.Component):
                                      self.probe.payload.ts.eq(now)]
                         inc(self.probes_sent)
         pr_set = Signal(qps)
+        pr_zero = Array(Signal(name=f"pr_zero{i}") for i in range(qps))   # pr_timer == 0
+        pr_on = Array(Signal(name=f"pr_on{i}") for i in range(qps))       # probe_interval != 0
         for i in range(qps):
-            with m.If(qvalid[i] & (cfg[i].probe_interval != 0)):
-                with m.If(pr_timer[i] == 0):
-                    m.d.sync += pr_timer[i].eq(cfg[i].probe_interval - 1)
+            with m.If(qvalid[i] & pr_on[i]):
+                with m.If(pr_zero[i]):
+                    m.d.sync += [pr_timer[i].eq(cfg[i].probe_interval - 1),
+                                 pr_zero[i].eq(cfg[i].probe_interval == 1)]
                     m.d.comb += pr_set[i].eq(1)
                 with m.Else():
-                    m.d.sync += pr_timer[i].eq(pr_timer[i] - 1)
+                    m.d.sync += [pr_timer[i].eq(pr_timer[i] - 1), pr_zero[i].eq(pr_timer[i] == 1)]
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- configuration write (registered; wins over everything above) --------------
         # cycle 1: the write is registered (with base + count); cycle 2: the QP's state is
         # reset and the profile mask computed; cycle 3: mask stored, ASSUMED_BAD marks cleared
-        wa_ok = Signal()
+        wa_ok = cfg_busy
         wa_addr = Signal(qb)
         wa_data = Signal(RelQpParams)
         wa_end = Signal(10)
@@ -1118,8 +1186,16 @@ class SenderReliability(wiring.Component):
         with m.If(wa_ok):
             a = wa_addr
             m.d.sync += [cfg[a].eq(wa_data), qvalid[a].eq(1), una[a].eq(wa_data.start_psn),
-                         nxt[a].eq(wa_data.start_psn), outst[a].eq(0), infl[a].eq(0),
-                         pr_timer[a].eq(wa_data.probe_interval)]
+                         nxt[a].eq(wa_data.start_psn), nxt1[a].eq(wa_data.start_psn + 1),
+                         outst[a].eq(0), infl[a].eq(0),
+                         pr_timer[a].eq(wa_data.probe_interval),
+                         pr_zero[a].eq(wa_data.probe_interval == 0),
+                         pr_on[a].eq(wa_data.probe_interval != 0),
+                         e0q[a].eq(Mux(_ge_c(wa_data.ack_timeout_exp, MAX_TIMEOUT_EXP),
+                                       MAX_TIMEOUT_EXP,
+                                       wa_data.ack_timeout_exp + (wa_data.retry_count == 0))),
+                         rcm1q[a].eq(wa_data.retry_count - 1),
+                         rc0q[a].eq(wa_data.retry_count == 0)]
         with m.If(wb_ok):
             m.d.sync += pmq[wb_addr].eq(wb_mask)
         return m
