@@ -1,19 +1,21 @@
 """Ethernet MAC transmitter: 64-bit AXI-Stream (NIC domain) -> GMII byte stream (PHY TX domain).
 
-Store-and-forward through an :class:`amaranth.lib.fifo.AsyncFIFO`: the wire side starts a
-frame only once all of its beats are in the FIFO, so a stalling 64-bit source can never
-underrun a frame on the wire.  The wire side adds preamble + SFD, pads short frames to the
-60-byte minimum and appends the FCS.
+Store and forward in the NIC (``sync``) domain: beats go into a block-RAM buffer with
+registered pointers, and only whole frames are read out, two ``sync`` cycles per beat at
+most, into a small :class:`amaranth.lib.fifo.AsyncFIFO` of beats that crosses to the PHY TX
+domain.  The wire side needs a beat only every 8 cycles (one byte per clock), so every
+decision on either side is taken from registers one cycle ahead.  The wire side adds
+preamble + SFD, pads short frames to the 60-byte minimum and appends the FCS.
 
 Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9, minimum frame 4.4.2), clause 4.4.2
 (interPacketGap 96 bit times), clause 35 (GMII).
 """
 
-from amaranth.hdl import Cat, Const, DomainRenamer, Module, Mux, Signal
+from amaranth.hdl import Const, DomainRenamer, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.crc import Processor, catalog
-from amaranth.lib.fifo import AsyncFIFOBuffered
+from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
@@ -23,6 +25,7 @@ __all__ = ["EthMacTx"]
 PREAMBLE = 0x55
 SFD = 0xD5
 MIN_PAYLOAD = 60            #: bytes before the FCS (64-byte minimum frame incl. FCS)
+CROSS_DEPTH = 8             #: beats in the clock-crossing AsyncFIFO (one LUT RAM deep)
 
 _Beat = data.StructLayout({
     "data": 64,
@@ -32,10 +35,6 @@ _Beat = data.StructLayout({
 })
 
 
-def _gray(value):
-    return value ^ (value >> 1)
-
-
 class EthMacTx(wiring.Component):
     """IEEE 802.3 transmit MAC, 64-bit AXI-Stream in, GMII (8-bit, 1000 Mb/s) out.
 
@@ -43,18 +42,23 @@ class EthMacTx(wiring.Component):
     ----------
     max_frame : int
         Largest frame in bytes *including* the FCS (1518 standard, up to 9022 for jumbo
-        frames).  Sets the store-and-forward FIFO depth (the next power of two of
+        frames).  Sets the store-and-forward buffer depth (the next power of two of
         ``ceil((max_frame - 4) / 8) + 2`` beats).
     tx_domain : str
-        Clock domain of the GMII side (125 MHz for 1000 Mb/s).
+        Clock domain of the GMII side (125 MHz for 1000 Mb/s).  It may be the same clock
+        as ``sync`` or an unrelated one; ``sync`` must run faster than a quarter of it
+        (the buffer is read at up to one beat per two ``sync`` cycles, the wire takes one
+        beat per 8 cycles; tested down to 40 MHz).
 
     Ports
     -----
     s_axis : In(AxiStreamSignature(64)), domain ``sync``
         Frames without FCS, byte lane 0 first; ``tkeep`` contiguous from lane 0; only the
         ``tlast`` beat may be partial (non-last beats count as 8 bytes; a ``tlast`` beat's
-        length is the highest set ``tkeep`` bit + 1, at least 1 byte).  ``tready`` is high
-        while the FIFO has room; a frame of up to ``max_frame - 4`` bytes always fits.
+        length is the highest set ``tkeep`` bit + 1, at least 1 byte).  ``tready`` is a
+        flip-flop: high while the buffer has room for two more beats (it holds
+        ``fifo_depth - 1``) or while an oversize frame's tail is discarded; a frame of up to
+        ``max_frame - 4`` bytes always fits.
     txd : Out(8), ``tx_en`` : Out(1), ``tx_er`` : Out(1), domain ``tx_domain``
         GMII transmit: 7 x 0x55, 0xD5, payload, zero pad to 60 bytes, FCS (CRC-32,
         ``zlib.crc32`` of the padded payload, least significant byte first), then at
@@ -67,11 +71,17 @@ class EthMacTx(wiring.Component):
         beats, otherwise cut after that many beats (the rest is accepted and discarded).
         They are also counted in ``tx_frames``.
 
-    Store and forward: the NIC side counts committed frames (gray-coded, crossing through
-    an ``FFSynchronizer`` two cycles after the FIFO write pointer); the wire side starts a
-    frame only while committed != sent.  Latency: the preamble starts about 3 ``sync`` +
-    4 ``tx_domain`` cycles after the ``tlast`` beat is accepted (once the gap has elapsed).  Throughput: line rate;
-    the 64-bit side may stall anywhere, the wire never underruns inside a frame.
+    Store and forward: a frame becomes readable once its last beat is in the buffer
+    (committed write pointer); the reader moves committed beats into the crossing FIFO
+    (read address straight from a register, block-RAM output register used, at most one
+    beat per two ``sync`` cycles, while the crossing FIFO's registered level leaves room);
+    the wire side starts a frame once a beat is in the crossing FIFO (the rest of the frame
+    follows faster than the wire takes it).  Latency: the preamble appears on ``txd`` about
+    5 ``sync`` + 7 ``tx_domain`` cycles after the ``tlast`` beat is accepted (once the gap
+    has elapsed; the byte sequencer is followed by a CRC stage and the output register).
+    Throughput:
+    line rate; the 64-bit side may stall anywhere, the wire never underruns inside a frame
+    (should ``sync`` be too slow, the underrun frame goes out with an inverted FCS).
     """
 
     def __init__(self, *, max_frame: int = 1518, tx_domain: str = "rgmii_tx"):
@@ -95,19 +105,30 @@ class EthMacTx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         tx = self.tx_domain
-        # buffered: the wire side reads the beat from flip-flops, not from the EBR's
-        # slow clock-to-out (the output register is one more queue entry)
-        m.submodules.fifo = fifo = AsyncFIFOBuffered(width=_Beat.size,
-                                                     depth=self.fifo_depth + 1,
-                                                     r_domain=tx, w_domain="sync")
-        w_beat = _Beat(fifo.w_data)
-        r_beat = _Beat(fifo.r_data)
+        depth = self.fifo_depth
 
         # ---------------------------------------------------------------- NIC side (sync)
+        # store-and-forward buffer: block RAM, addresses straight from registers
+        # no_rw_check: rd reads buf[rp] every cycle, but a beat is used only once it is
+        # committed, never in the cycle it is written
+        m.submodules.buf = buf = Memory(shape=_Beat, depth=depth, init=[],
+                                        attrs={"no_rw_check": 1})
+        wr = buf.write_port()
+        rd = buf.read_port(transparent_for=())
+        m.submodules.cross = cross = AsyncFIFO(width=_Beat.size, depth=CROSS_DEPTH,
+                                               r_domain=tx, w_domain="sync")
+
         s = self.s_axis
         beats = Signal(range(self.max_beats + 1))      # beats of this frame already stored
         final = Signal()                              # beats == max_beats - 1 (registered)
         discard = Signal()                            # truncated: drop until tlast
+        room = Signal()                               # >= 2 free entries (registered)
+        discard_nxt = Signal()
+        tready = Signal()                             # room | discard, as a flip-flop
+        wp = Signal(range(depth))                     # write pointer
+        wc = Signal(range(depth))                     # committed: end of the last whole frame
+        rp = Signal(range(depth))                     # read pointer
+        used = Signal(range(depth + 1))               # beats written, not yet read
         last_hi = Signal(3)
         for i in range(8):
             with m.If(s.tkeep[i]):
@@ -117,110 +138,128 @@ class EthMacTx(wiring.Component):
         rem = self.max_frame - 4 - 8 * (self.max_beats - 1)      # bytes left for it, 1..8
         too_long = final & (nbytes_m1 >= rem) if rem < 8 else Const(0)
         truncate = ~s.tlast & final
+        write = Signal()
         m.d.comb += [
-            w_beat.data.eq(s.tdata),
-            w_beat.nbytes_m1.eq(nbytes_m1),
-            w_beat.last.eq(s.tlast | truncate),
-            w_beat.err.eq(too_long | truncate),
-            s.tready.eq(fifo.w_rdy | discard),
-            fifo.w_en.eq(s.tvalid & ~discard),
+            s.tready.eq(tready),
+            write.eq(s.tvalid & room & ~discard),
+            wr.addr.eq(wp),
+            wr.en.eq(write),
+            wr.data.data.eq(s.tdata),
+            wr.data.nbytes_m1.eq(nbytes_m1),
+            wr.data.last.eq(s.tlast | truncate),
+            wr.data.err.eq(too_long | truncate),
         ]
-        # frames committed (gray-coded for the crossing); the count moves two cycles after
-        # the last beat's write so the FIFO's own write pointer is visible to the reader first
-        committed = Signal(range(2 * self.fifo_depth))
-        committed_gray = Signal.like(committed)
-        commit_d = Signal(2)
-        m.d.sync += commit_d.eq(Cat(fifo.w_en & fifo.w_rdy & w_beat.last, commit_d[0]))
-        with m.If(commit_d[1]):
-            m.d.sync += committed.eq(committed + 1)
-        m.d.sync += committed_gray.eq(_gray(committed))
+        with m.If(write):
+            m.d.sync += wp.eq(wp + 1)
+            with m.If(s.tlast | truncate):
+                m.d.sync += wc.eq(wp + 1)
 
+        m.d.comb += discard_nxt.eq(discard)
+        m.d.sync += [discard.eq(discard_nxt), tready.eq((used <= depth - 3) | discard_nxt)]
         with m.If(s.tvalid & s.tready):
             with m.If(s.tlast):
-                m.d.sync += [beats.eq(0), final.eq(0), discard.eq(0),
+                m.d.comb += discard_nxt.eq(0)
+                m.d.sync += [beats.eq(0), final.eq(0),
                              self.tx_frames.eq(self.tx_frames + 1)]
                 with m.If(discard | too_long):
                     m.d.sync += self.tx_oversize.eq(self.tx_oversize + 1)
             with m.Elif(truncate):
-                m.d.sync += discard.eq(1)
+                m.d.comb += discard_nxt.eq(1)
             with m.Elif(~discard):
                 m.d.sync += [beats.eq(beats + 1), final.eq(beats == self.max_beats - 2)]
 
+        # reader: ``issue`` (a register) reads buf[rp]; the data reaches ``beat`` (the
+        # block RAM's output register) two cycles later and is written to the crossing
+        # FIFO.  ``used`` <= depth - 1, so rp == wc means "no committed beat left".
+        # cross.w_level lags two writes; with one issue per two cycles at most three
+        # writes are not yet counted in it when the issued beat is written.
+        issue = Signal()
+        issued = Signal()
+        beat = Signal(_Beat, reset_less=True)        # becomes the EBR output register
+        m.d.comb += rd.addr.eq(rp)
+        m.d.sync += [
+            issue.eq(~issue & (rp != wc) & (cross.w_level <= CROSS_DEPTH - 3)),
+            issued.eq(issue),
+            beat.eq(rd.data),
+            cross.w_en.eq(issued),
+        ]
+        m.d.comb += cross.w_data.eq(beat)
+        with m.If(issue):
+            m.d.sync += rp.eq(rp + 1)
+        with m.If(write & ~issue):
+            m.d.sync += used.eq(used + 1)
+        with m.Elif(~write & issue):
+            m.d.sync += used.eq(used - 1)
+        # room for two: used <= depth - 3 now, so after this and the next write <= depth - 1
+        # (``tready`` is the same flip-flop OR the next ``discard``)
+        m.d.sync += room.eq(used <= depth - 3)
+
         # ---------------------------------------------------------------- wire side (tx)
-        committed_r = Signal.like(committed_gray)
-        m.submodules.commit_sync = FFSynchronizer(committed_gray, committed_r, o_domain=tx)
-        sent = Signal.like(committed)
-        frame_ready = committed_r != _gray(sent)
-
-        m.submodules.crc = crc = DomainRenamer({"sync": tx})(
-            Processor(catalog.CRC32_ETHERNET(data_width=8)))
-
-        count = Signal(range(16))          # preamble byte / gap cycle / FCS byte index
+        r_beat = _Beat(cross.r_data)
         lane = Signal(3)                   # byte lane of the current beat
         cur = Signal(_Beat)                # the beat being sent (popped from the FIFO)
         lane_end = Signal()                # lane == cur.nbytes_m1 (registered)
-        pop = Signal()                     # FIFO read this cycle (decided one cycle ahead)
-        m.d[tx] += pop.eq(0)
-        m.d.comb += fifo.r_en.eq(pop)
-        length = Signal(range(MIN_PAYLOAD + 1))   # payload bytes sent, saturating at 60
-        bad = Signal()
-        txd = Signal(8)
-        tx_en = Signal()
-        m.d[tx] += [self.txd.eq(txd), self.tx_en.eq(tx_en)]
+        pop = Signal()                     # FIFO read + load ``cur`` (decided one cycle ahead)
+        ready = Signal()                   # cross.r_rdy, registered (only pops clear it)
+        m.d[tx] += [pop.eq(0), ready.eq(cross.r_rdy)]
+        m.d.comb += cross.r_en.eq(pop)
+        with m.If(pop):
+            # the first beat (end of the preamble) or the next one (the reader outpaces the
+            # wire, so it is there; an underrun would send garbage and marks the frame bad)
+            m.d[tx] += [cur.eq(r_beat), cur.err.eq(r_beat.err | ~cross.r_rdy),
+                        lane_end.eq(r_beat.nbytes_m1 == 0)]
+        length = Signal(range(MIN_PAYLOAD))       # payload bytes sent, up to 59
+        full = Signal()                           # length == 59: the 60th byte goes out now
+        bad = Signal()                            # sticky: frame gets an inverted FCS
+        # byte sequencer (stage A) -> registered byte + flags -> CRC / FCS mux (stage B)
+        # -> registered GMII outputs
+        a_byte, a_start = Signal(8), Signal()
+        b_byte, b_en, b_crc, b_start, b_fcs = Signal(8), Signal(), Signal(), Signal(), Signal()
+        b_idx = Signal(2)
+        # the CRC register is (re)initialised by a reset, outside its XOR network
+        m.submodules.crc = crc = DomainRenamer({"sync": tx})(ResetInserter(b_start)(
+            Processor(catalog.CRC32_ETHERNET(data_width=8))))
+        m.d.comb += [crc.valid.eq(b_crc), crc.data.eq(b_byte)]
+        m.d[tx] += [
+            self.txd.eq(Mux(b_fcs, crc.crc.word_select(b_idx, 8) ^ Mux(bad, 0xFF, 0), b_byte)),
+            self.tx_en.eq(b_en),
+        ]
         m.d.comb += self.tx_er.eq(0)
 
-        with m.FSM(domain=tx):
-            with m.State("GAP"):
-                # 12 idle cycles after the previous FCS byte (also the state after reset)
-                with m.If(count != 11):
-                    m.d[tx] += count.eq(count + 1)
-                with m.Elif(frame_ready & fifo.r_rdy):
-                    m.d[tx] += count.eq(0)
-                    m.next = "PREAMBLE"
-            with m.State("PREAMBLE"):
-                m.d.comb += [tx_en.eq(1), txd.eq(Mux(count == 7, SFD, PREAMBLE))]
-                m.d[tx] += count.eq(count + 1)
-                with m.If(count == 6):
-                    m.d[tx] += pop.eq(1)
-                with m.If(count == 7):
-                    # pop the first beat into ``cur`` (the FIFO output then holds the next)
-                    m.d.comb += crc.start.eq(1)
-                    m.d[tx] += [lane.eq(0), length.eq(0), bad.eq(0), cur.eq(r_beat),
-                                lane_end.eq(r_beat.nbytes_m1 == 0)]
-                    m.next = "DATA"
-            with m.State("DATA"):
-                m.d.comb += [
-                    tx_en.eq(1),
-                    txd.eq(cur.data.word_select(lane, 8)),
-                    crc.valid.eq(1),
-                    crc.data.eq(txd),
-                ]
-                with m.If(length != MIN_PAYLOAD):
-                    m.d[tx] += length.eq(length + 1)
-                with m.If(lane_end):
-                    m.d[tx] += lane.eq(0)
-                    with m.If(cur.last):
-                        m.d[tx] += [sent.eq(sent + 1), bad.eq(cur.err), count.eq(0)]
-                        with m.If(length >= MIN_PAYLOAD - 1):
-                            m.next = "FCS"
-                        with m.Else():
-                            m.next = "PAD"
-                    with m.Else():
-                        # the frame is all in the FIFO: its next beat is in the output register
-                        m.d[tx] += [cur.eq(r_beat), lane_end.eq(r_beat.nbytes_m1 == 0)]
-                with m.Else():
-                    m.d[tx] += [lane.eq(lane + 1), lane_end.eq(lane + 1 == cur.nbytes_m1),
-                                pop.eq((lane + 1 == cur.nbytes_m1) & ~cur.last)]
-            with m.State("PAD"):
-                m.d.comb += [tx_en.eq(1), txd.eq(0), crc.valid.eq(1), crc.data.eq(0)]
-                m.d[tx] += length.eq(length + 1)
-                with m.If(length == MIN_PAYLOAD - 1):
-                    m.next = "FCS"
-            with m.State("FCS"):
-                m.d.comb += [tx_en.eq(1),
-                             txd.eq(crc.crc.word_select(count[:2], 8) ^ Mux(bad, 0xFF, 0))]
-                m.d[tx] += count.eq(count + 1)
-                with m.If(count == 3):
-                    m.d[tx] += count.eq(0)
-                    m.next = "GAP"
+        # one-hot states; ``cnt`` counts GAP (12 idle cycles after the previous FCS byte,
+        # also after reset), PREAMBLE (8 bytes) and FCS (4 bytes) down to 0 (``cnt_z``)
+        gap, pre, dat, pad, fcs = (Signal(init=1, name="gap"), Signal(name="pre"),
+                                   Signal(name="dat"), Signal(name="pad"), Signal(name="fcs"))
+        cnt = Signal(4, init=11)
+        cnt_z = Signal()
+        with m.If(~cnt_z):
+            m.d[tx] += [cnt.eq(cnt - 1), cnt_z.eq(cnt == 1)]
+        fin = dat & lane_end & cur.last            # last byte of the frame's data
+        m.d.comb += [
+            a_byte.eq(Mux(dat, cur.data.word_select(lane, 8),
+                          Mux(pre, Mux(cnt_z, SFD, PREAMBLE), 0))),
+            a_start.eq(pre & cnt_z),
+        ]
+        m.d[tx] += [b_byte.eq(a_byte), b_en.eq(~gap), b_crc.eq(dat | pad),
+                    b_start.eq(a_start), b_fcs.eq(fcs), b_idx.eq(~cnt[:2])]
+        with m.If(gap & cnt_z & ready):
+            m.d[tx] += [gap.eq(0), pre.eq(1), cnt.eq(7), cnt_z.eq(0)]
+        with m.If(pre & (cnt == 1)):
+            m.d[tx] += pop.eq(1)                   # the first beat, at the SFD
+        with m.If(a_start):
+            m.d[tx] += [pre.eq(0), dat.eq(1), lane.eq(0), length.eq(0), full.eq(0), bad.eq(0)]
+        with m.If((dat | pad) & ~full):
+            m.d[tx] += [length.eq(length + 1), full.eq(length == MIN_PAYLOAD - 2)]
+        with m.If(dat & lane_end):
+            m.d[tx] += [lane.eq(0), bad.eq(bad | cur.err)]
+        with m.If(dat & ~lane_end):
+            m.d[tx] += [lane.eq(lane + 1), lane_end.eq(lane + 1 == cur.nbytes_m1),
+                        pop.eq((lane + 1 == cur.nbytes_m1) & ~cur.last)]
+        with m.If(fin):
+            m.d[tx] += [dat.eq(0), pad.eq(~full)]
+        with m.If((fin | pad) & full):
+            m.d[tx] += [pad.eq(0), fcs.eq(1), cnt.eq(3), cnt_z.eq(0)]
+        with m.If(fcs & cnt_z):
+            # stage B sends CRC byte 3 - cnt one cycle later, after the last data byte
+            m.d[tx] += [fcs.eq(0), gap.eq(1), cnt.eq(11), cnt_z.eq(0)]
         return m

@@ -15,6 +15,7 @@ A separate plain pytest checks that the ECP5 platform wrapper elaborates to
 ``ODDRX1F``/``IDDRX1F`` for the Colorlight 5A-75B.
 """
 
+import itertools
 import logging
 import random
 import struct
@@ -191,6 +192,34 @@ async def run_tx(dut):
 
 
 @cocotb.test()
+async def run_tx_line_rate(dut):
+    """NIC -> wire with an unstalled source: 64..1518-byte frames go out back to back with
+    exactly the 12-byte interframe gap (the store-and-forward buffer never starves the wire)."""
+    rng = random.Random(tb_param("seed", 1) + 4)
+    tb = TB(dut, tb_param("nic_ns"))
+    await tb.start()
+    # a frame starts once it is all stored: the first one is the longest, so every later
+    # one is stored while an earlier one is still on the wire
+    lengths = [1514, 1514, 60, 60, 61, 1514, 67, 68, 1513, 60] + [rng.randint(60, 1514)
+                                                                 for _ in range(3)]
+    frames = [scapy_frame(rng, n) for n in lengths]
+    for f in frames:
+        await tb.source.send(AxiStreamFrame(f))
+    got = []
+    for f in frames:
+        rx = await with_timeout(tb.phy.tx.recv(), 200, "us")
+        got.append(rx)
+        assert bytes(rx.data) == wire_image(f), f"frame of {len(f)} bytes differs"
+        assert rx.check_fcs() and not any(rx.error or [])
+    gaps = [b.sim_time_start - a.sim_time_end for a, b in itertools.pairwise(got)]
+    assert all(get_sim_steps(12 * RGMII_NS, "ns") <= g <= get_sim_steps(13 * RGMII_NS, "ns")
+               for g in gaps), gaps
+    await ClockCycles(dut.clk, 4)
+    c = tb.counters()
+    assert c["tx_frames"] == len(frames) and c["tx_oversize"] == 0, c
+
+
+@cocotb.test()
 async def run_rx(dut):
     """Wire -> NIC: 64..1518-byte frames (with FCS) back to back; FCS stripped, bytes exact."""
     rng = random.Random(tb_param("seed", 1) + 1)
@@ -309,6 +338,16 @@ def test_eth_mac(tmp_path, nic_ns):
     run_rtl(SimTop(), toplevel="eth_mac", test_module="tests.rtl.test_eth_mac",
             build_dir=tmp_path / "b", env={"nic_ns": nic_ns, "seed": int(nic_ns * 10)},
             quiet=True)
+
+
+@pytest.mark.parametrize("nic_ns", [8.0, 25.0])
+def test_eth_mac_tx_clocks(tmp_path, nic_ns):
+    """TX at line rate with the NIC clock equal to the RGMII TX clock's period (the boards
+    share one 125 MHz PLL output) and at 40 MHz (above the documented quarter of it)."""
+    for case in ("run_tx", "run_tx_line_rate") if nic_ns == 8.0 else ("run_tx_line_rate",):
+        run_rtl(SimTop(), toplevel="eth_mac", test_module="tests.rtl.test_eth_mac",
+                build_dir=tmp_path / case, env={"nic_ns": nic_ns, "seed": int(nic_ns * 10)},
+                testcase=case, quiet=True)
 
 
 def test_eth_mac_jumbo_giant(tmp_path):
