@@ -14,7 +14,7 @@ VA, length, opcode, immediate; payload read again from host memory) and sprays
 it on another path-table entry than the one that lost it.
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -107,7 +107,7 @@ class Segmenter(wiring.Component):
         the AR channel runs ahead of the payload output by up to this much.
     pending_depth : int
         Packet descriptors that may wait for their spray decision / for the
-        downstream frame builder (>= 2); also the depth of the per-packet
+        downstream frame builder (>= 4); also the depth of the per-packet
         framing and read-job FIFOs, i.e. how many packets may be cut ahead of
         their payload.
     msgs : int
@@ -120,9 +120,11 @@ class Segmenter(wiring.Component):
     Attributes
     ----------
     wr : In(stream.Signature(WorkRequest))
-        Work requests.  Accepted (``ready`` high, a flip-flop and the QP's
-        table occupancy) into a one-entry holding register when it is empty
-        and the QP's message table has a free slot or the QP is invalid
+        Work requests.  Accepted (``ready`` high: flip-flops selected by
+        ``wr.payload.qp``) into a one-entry holding register when it is empty,
+        no commit happened in the previous cycle,
+        and the QP's message table had a free slot or the QP was invalid
+        in the previous cycle
         (``ready`` depends on ``wr.payload.qp``: a QP with a full table holds
         the stream, head of line, until ``una`` frees a slot -- never dropped;
         this holds a request that will be refused for its length or address,
@@ -151,9 +153,11 @@ class Segmenter(wiring.Component):
     spray_req : Out(stream.Signature(SprayReq))
         One request per packet {qp, base = profile_base, count = profile_count},
         plus one per try of a retransmission; ``valid`` and ``payload`` come from
-        a 4-entry FIFO (registered), ``ready`` only pops it.
+        a 5-entry FIFO (registered), ``ready`` only pops it.
     spray_decision : In(stream.Signature(Decision))
         One decision per request, in request order, any number of cycles later.
+        Taken into a one-entry register: ``ready`` is a flip-flop (high while
+        that register will be empty), so at most one decision per 2 cycles.
     pkt : Out(stream.Signature(TxPacket))
         One descriptor per packet: new packets in PSN order per QP, with
         retransmissions between them.  QP context fields, ``psn`` (consecutive
@@ -162,10 +166,16 @@ class Segmenter(wiring.Component):
         (last packet of the message, BTH AckReq), ``va`` = remote_va + offset,
         ``rkey``, ``length`` (bytes: the path MTU, the remainder on the last
         packet), ``imm``, ``path`` = the decision.  ``valid`` also requires
-        ``sent.ready`` (the two transfer together).
+        ``sent.ready`` (the two transfer together).  ``valid`` is one LUT level
+        from flip-flops and ``sent.ready``, ``payload`` comes from flip-flops
+        (``opcode`` one LUT level); ``ready`` drives no FIFO logic (the
+        descriptor FIFO is popped the cycle after the transfer).  At most one
+        descriptor per 2 cycles (packets are >= 32 payload beats).
     payload : Out(AxiStreamSignature(64))
         One frame per ``pkt``, same order: the packet's payload bytes, lane 0
         first, ``tkeep`` all ones except on the last beat, ``tlast`` on it.
+        ``tvalid``, ``tdata``, ``tkeep``, ``tlast`` come from flip-flops (a
+        9-entry output FIFO, fed from the block RAM's output register).
     m_axi : Out(Axi4ReadSignature(32, 64, 4))
         AXI4 read manager (``m_axi__araddr`` ...): ``arid`` 0, INCR,
         ``arsize`` 3, <= 256 beats, never across a 4 KiB boundary; one or more
@@ -175,7 +185,8 @@ class Segmenter(wiring.Component):
         payload FIFO has room for 256 more beats than are already in flight.
     retx : In(stream.Signature(RetxReq))
         Send PSN ``psn`` of QP ``qp`` again, not on entry ``avoid_index``.
-        Taken (``ready``) when the retransmission engine is idle.  The PSN is
+        Taken (``ready``, a flip-flop) into a one-entry register when that is
+        empty; the retransmission engine takes it from there when idle.  The PSN is
         looked up in the QP's message table (one slot per cycle); a PSN of no
         message in the table (released, never sent, not yet cut) or a QP
         ``>= qps`` is dropped and counted in ``retx_unknown``.  Otherwise the
@@ -236,23 +247,26 @@ class Segmenter(wiring.Component):
       written: 5 block-RAM words, one per cycle, then the cutter starts; the
       request passes the spray request FIFO).  Then one packet per cycle while
       the spray request FIFO has room, ``tx_ok`` was set, the pending/framing/
-      read-job FIFOs have 2 free entries (checked a cycle early: cuts fill them
-      to ``pending_depth`` - 1) and fewer than ``fifo_depth`` beats of new
+      read-job FIFOs have 4 free entries (checked two cycles early and written
+      a cycle after the cut: cuts fill them to ``pending_depth`` - 2) and fewer than ``fifo_depth`` beats of new
       packets are cut but not yet out on ``payload`` (counted one cycle late,
       an overestimate; this bounds how far new packets run ahead, hence how
       long a retransmission waits: at most min(``pending_depth``,
       ``fifo_depth`` / packet beats + 1) packets).  A message of N packets
       occupies the cutter N + 7 cycles; the next one is checked meanwhile.
       (Every decision of the cutter comes from flip-flops one LUT level deep.)
-    * ``spray_req`` handshake -> ``pkt`` valid: 2, or when the decision arrives
-      (``pkt`` is combinational from the decision and the pending FIFO).
+    * Decision arrival -> ``pkt`` valid: 1 (it passes the decision register;
+      the descriptor is in the pending FIFO by then when the decision came
+      back at once).
       Descriptors run up to ``pending_depth`` packets ahead of the payload.
     * Packet cut -> its AR: 4 (one read job per packet; bursts sized over 2
       cycles, one AR every 3 cycles at most).
-    * R beat -> ``payload`` beat: 2.  Payload runs at one beat per cycle while R
+    * R beat -> ``payload`` beat: 5 (block RAM write, read address, EBR
+      output register, output FIFO write and its output register).  Payload runs at one beat per cycle while R
       does, with no idle cycle between packets or messages.
-    * Retransmission: ``retx`` handshake (taken between two release checks,
-      within 3 cycles) -> table lookup 4 cycles per slot searched (read,
+    * Retransmission: ``retx`` handshake -> engine (between two release
+      checks, within 4 cycles of the handshake, or when the previous
+      retransmission is settled) -> table lookup 4 cycles per slot searched (read,
       subtract, compare, decide; <= ``msgs`` slots) + 1 -> the message's
       block-RAM words fetched (7 cycles: the RAM output is registered) ->
       packet rebuilt over 3 cycles -> queued (read job issued) -> one spray
@@ -260,10 +274,12 @@ class Segmenter(wiring.Component):
       before it.  No new packet is cut from the ``retx`` handshake until the
       decision is settled; the retransmitted packet leaves after the packets
       already cut (bounded as above).  One retransmission is handled at a
-      time; the accepted decision stays at the head of ``spray_decision``
-      until its packet leaves on ``pkt`` (refused ones are taken at once), so
+      time; the accepted decision stays in the decision register (the head
+      of the decision stream) until its packet leaves on ``pkt`` (refused ones are taken at once), so
       any number of retransmitted packets may wait in the pending FIFO.
-    * Buffering: ``fifo_depth`` x 64-bit payload FIFO, ``pending_depth``
+    * Buffering: ``fifo_depth`` x 64-bit payload block RAM (read through the
+      EBR output register: ``no_rw_check``, only written words are read) + 9
+      beats in the output FIFO, ``pending_depth``
       descriptors / frame infos / read jobs, ``qps * msgs`` message-table
       slots: 48-bit PSN ranges (distributed RAM) + 5 x 36-bit words in one
       block RAM (``ram_style = "block"``).
@@ -277,8 +293,8 @@ class Segmenter(wiring.Component):
             raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
         if fifo_depth < 2 * _MAX_BURST:
             raise ValueError(f"fifo_depth must be >= {2 * _MAX_BURST} beats, not {fifo_depth}")
-        if pending_depth < 2:
-            raise ValueError(f"pending_depth must be >= 2, not {pending_depth}")
+        if pending_depth < 4:
+            raise ValueError(f"pending_depth must be >= 4, not {pending_depth}")
         if msgs not in (2, 4, 8, 16):
             raise ValueError(f"msgs must be a power of two 2..16, not {msgs}")
         if not 1 <= retx_tries <= 16:
@@ -349,10 +365,9 @@ class Segmenter(wiring.Component):
             width=_PendingPacket.as_shape().size, depth=self.pending_depth)
         m.submodules.frames = fi = fifo.SyncFIFOBuffered(
             width=_FrameInfo.as_shape().size, depth=self.pending_depth)
-        m.submodules.payload_fifo = pf = fifo.SyncFIFOBuffered(width=64, depth=self.fifo_depth)
         # spray requests leave from a register: ``spray_req.ready`` reaches no cutter logic
         m.submodules.spray_reqs = sq = fifo.SyncFIFOBuffered(
-            width=SprayReq.as_shape().size, depth=4)
+            width=SprayReq.as_shape().size, depth=5)
         m.d.comb += [
             self.spray_req.valid.eq(sq.r_rdy),
             self.spray_req.payload.eq(sq.r_data),
@@ -393,6 +408,9 @@ class Segmenter(wiring.Component):
         w_shift = Signal(24)
         w_npkts = Signal(24)    # packets of the message, modulo 2**24
         w_last_len = Signal(13)  # bytes in the last packet
+        w_last_m1 = Signal(12)   # ... minus 1 (step 1)
+        w_one = Signal()         # the message is one packet (w_npkts == 1)
+        w_beats0 = Signal(10)    # beats of its first packet
         w_pmtu = Signal(13)
         w_pmtu_fr = Signal(_FrameInfo)
         w_pmtu_beats = Signal(10)
@@ -403,13 +421,23 @@ class Segmenter(wiring.Component):
         w_sum_ok = Signal()     # w_first / w_sum are current (no context write last cycle)
 
         qp_ok_in = Signal()
+        # ready from flip-flops: per QP "table has room or the request is refused anyway"
+        # (registered, so one cycle stale: a commit blocks the cycle after it, where the
+        # committed QP's flag is not updated yet; a release or context write shows late)
+        wr_ok_r = Signal(8)
+        commit_r = Signal()
         m.d.comb += [
             qp_ok_in.eq((wr.qp < qps) & ctx_valid.bit_select(wr.qp, 1)),
-            self.wr.ready.eq(~w_full & ((occ[wr.qp] < msgs) | ~qp_ok_in)),
+            self.wr.ready.eq(~w_full & ~commit_r & wr_ok_r.bit_select(wr.qp, 1)),
         ]
+        for i in range(8):
+            m.d.sync += wr_ok_r[i].eq(((occ[i] < msgs) | ~ctx_valid[i]) if i < qps else 1)
+        # the holding registers follow the stream while empty (enable ~w_full, a
+        # flip-flop); the handshake only sets w_full and restarts the checks
         with m.If(self.wr.valid & self.wr.ready):
+            m.d.sync += [w_full.eq(1), w_step.eq(0), w_sum_ok.eq(0)]
+        with m.If(~w_full):
             m.d.sync += [
-                w_full.eq(1), w_step.eq(0), w_sum_ok.eq(0),
                 w_qp.eq(wr.qp), w_is_imm.eq(wr.opcode == WrOpcode.WRITE_IMM),
                 w_addr.eq(wr.local_addr), w_va.eq(wr.remote_va), w_len.eq(wr.length),
                 w_rkey.eq(wr.rkey), w_imm.eq(wr.imm), w_log2.eq(p_log2), w_qp_ok.eq(qp_ok_in),
@@ -428,7 +456,7 @@ class Segmenter(wiring.Component):
                 m.d.sync += [
                     w_bad.eq(w_bad | (w_end[32] & (w_end[:32] != 0))),
                     w_shift.eq(w_len_m1 >> w_log2),
-                    w_last_len.eq((w_len_m1[:12] & ~(Const(-1, 12) << w_log2)) + 1),
+                    w_last_m1.eq(w_len_m1[:12] & ~(Const(-1, 12) << w_log2)),
                     w_pmtu.eq(Const(1, 13) << w_log2),
                     w_step.eq(2),
                 ]
@@ -438,10 +466,12 @@ class Segmenter(wiring.Component):
                                  w_full.eq(0)]
                 m.d.sync += [
                     w_npkts.eq(w_shift + 1),
-                    w_last_beats.eq((w_last_len + 7) >> 3),
-                    w_last_fr.last_beat.eq((w_last_len - 1) >> 3),
-                    w_last_fr.keep.eq(Mux(w_last_len[:3] == 0, 0xFF,
-                                          (Const(1, 9) << w_last_len[:3]) - 1)),
+                    w_one.eq(w_shift == 0),
+                    w_last_len.eq(w_last_m1 + 1),
+                    w_last_beats.eq((w_last_m1 >> 3) + 1),
+                    w_last_fr.last_beat.eq(w_last_m1 >> 3),
+                    # bytes on the last beat: w_last_m1[:3] + 1
+                    w_last_fr.keep.eq(((Const(2, 10) << w_last_m1[:3]) - 1)[:8]),
                     w_pmtu_beats.eq(w_pmtu[3:]),
                     w_pmtu_fr.last_beat.eq(w_pmtu[3:] - 1),
                     w_pmtu_fr.keep.eq(0xFF),
@@ -449,6 +479,7 @@ class Segmenter(wiring.Component):
                 ]
             with m.Case(3):
                 m.d.sync += [w_first.eq(next_psn[w_qp]), w_sum.eq(next_psn[w_qp] + w_npkts),
+                             w_beats0.eq(Mux(w_one, w_last_beats, w_pmtu_beats)),
                              w_sum_ok.eq(~self.qp_w_en)]
 
         # cutter state (one message at a time)
@@ -479,32 +510,21 @@ class Segmenter(wiring.Component):
         g_wbeat = Signal(range(_BULK_WORDS))   # bulk words written (cutting waits for all)
 
         commit = Signal()
+        w_room = Signal()
         tail = Signal(sbits)
         m.d.comb += [
             tail.eq(head[w_qp] + occ[w_qp]),
-            commit.eq(w_full & w_sum_ok & ~g_active & rx_idle & (occ[w_qp] < msgs)),
+            commit.eq(w_full & w_sum_ok & w_room & ~g_active & rx_idle),
         ]
+        # w_room: the held request's QP has a free table slot, registered (stale only
+        # after a release or context write: a commit clears w_full, and the next request
+        # reaches step 3 >= 4 cycles later)
+        m.d.sync += w_room.eq(occ[w_qp] < msgs)
+        m.d.sync += commit_r.eq(commit)
         with m.If(commit):
             m.d.sync += [
                 w_full.eq(0),
                 g_active.eq(1), g_wbeat.eq(0),
-                g_qp.eq(w_qp),
-                g_first.eq(w_first),
-                g_slot.eq(tail),
-                g_psn.eq(w_first),
-                g_va_lo.eq(w_va[:32]), g_va_hi.eq(w_va[32:]), g_va_fix.eq(0),
-                g_addr.eq(w_addr),
-                g_left.eq(w_npkts),
-                g_last.eq(w_npkts == 1),
-                g_beats.eq(Mux(w_npkts == 1, w_last_beats, w_pmtu_beats)),
-                g_last_len.eq(w_last_len),
-                g_rkey.eq(w_rkey),
-                g_imm.eq(w_imm),
-                g_is_imm.eq(w_is_imm),
-                g_pmtu.eq(w_pmtu),
-                g_log2.eq(w_log2),
-                g_pmtu_fr.eq(w_pmtu_fr), g_pmtu_beats.eq(w_pmtu_beats),
-                g_last_fr.eq(w_last_fr), g_last_beats.eq(w_last_beats),
                 next_psn[w_qp].eq(w_sum),
             ]
         new_key = Signal(_MsgKey)
@@ -527,6 +547,10 @@ class Segmenter(wiring.Component):
             g_bulk.is_imm.eq(g_is_imm),
             g_bulk.imm.eq(g_imm),
             g_writing.eq(g_active & ~g_go),
+        ]
+        # written a cycle late, from registers (a retransmission reads the words only
+        # after a packet of the message is cut, many cycles after the last one)
+        m.d.sync += [
             bulk_w.addr.eq(Cat(g_wbeat, Const(0, 3 - len(g_wbeat)), g_slot, g_qp[:max(1, (qps - 1).bit_length())])),
             bulk_w.data.eq(Cat(g_bulk, Const(0, _BULK_WORDS * _BULK_BITS - len(g_bulk.as_value())))
                            .word_select(g_wbeat, _BULK_BITS)),
@@ -552,10 +576,9 @@ class Segmenter(wiring.Component):
         rx_skip = Signal(range(self.pending_depth + 2))
         # decisions asked for (pushed into the spray request FIFO) and taken, modulo 2**k
         nbits = (self.pending_depth + 2).bit_length() + 1
-        n_push = Signal(nbits)
-        n_take = Signal(nbits)
         nout = Signal(nbits)                           # decisions asked for, not yet taken
         dec_used = Signal()                            # a packet took its decision this cycle
+        dec_used_r = Signal()                          # ... last cycle
         rx_load = Signal()
         in_load = Signal()          # == state LOAD, as a flip-flop
         rx_push = Signal()
@@ -576,9 +599,14 @@ class Segmenter(wiring.Component):
         x_cur = Signal()
         x_hit = Signal()
         m.d.sync += t_key.eq(tab_r.data)
-        m.d.comb += [
-            x_slot.eq(head[rx_q] + rx_i),
-        ]
+        lt_cnt = Signal(25)
+        lt_cut = Signal(25)
+        m.d.comb += [lt_cnt.eq(x_d - x_cnt), lt_cut.eq(x_d - x_cut)]
+        # x_slot = head + rx_i and occ_q = occ of rx_q kept in registers: while the engine
+        # is busy neither changes (commits and releases wait for it to be idle; a commit
+        # in the very cycle a request is taken adds a message with no packet cut yet,
+        # which the search would not match anyway)
+        occ_q = Signal(range(msgs + 1))
 
         # packet rebuilt from the table entry, over 3 cycles (registered)
         x_byte = Signal(32)
@@ -610,23 +638,56 @@ class Segmenter(wiring.Component):
             x_job.beats.eq(x_beats),
         ]
         dec_refused = Signal()
-        dec = self.spray_decision.payload
+        # Spray decisions pass a one-entry register: ``spray_decision.ready`` is a flip-flop
+        # (high while the register will be empty), so the scheduler's output stage sees no
+        # logic of ours.  One decision per 2 cycles at most (packets are >= 32 beats).
+        d_valid = Signal()
+        d_rdy = Signal()
+        d_take = Signal()           # the decision in the register is used or refused
+        dec = Signal(Decision)
+        d_load = Signal()
+        d_valid_next = Signal()
+        m.d.comb += [
+            self.spray_decision.ready.eq(d_rdy),
+            d_load.eq(self.spray_decision.valid & d_rdy),
+            d_valid_next.eq((d_valid & ~d_take) | d_load),
+        ]
+        m.d.sync += [d_valid.eq(d_valid_next), d_rdy.eq(~d_valid_next)]
+        # compared as it is loaded (rx_avoid and rx_tries are set before the request
+        # whose decision it may be): ``d_same`` its entry is ``avoid_index``,
+        # ``d_refuse`` a retransmission would refuse it
+        d_same = Signal()
+        d_refuse = Signal()
+        with m.If(d_load):
+            d_idx_same = self.spray_decision.payload.index == rx_avoid
+            m.d.sync += [dec.eq(self.spray_decision.payload), d_same.eq(d_idx_same),
+                         d_refuse.eq(d_idx_same & (rx_tries < self.retx_tries))]
+        # dec_for_retx is only ever set in WAIT
+        m.d.comb += dec_refused.eq(dec_for_retx & d_valid & d_refuse)
+
+        # retransmission requests pass a one-entry register (``retx.ready`` = empty, a
+        # flip-flop); the engine takes it from there when idle, between release checks
+        r_full = Signal()
+        r_req = Signal(RetxReq)
+        m.d.comb += self.retx.ready.eq(~r_full)
+        with m.If(self.retx.valid & ~r_full):
+            m.d.sync += [r_full.eq(1), r_req.eq(self.retx.payload)]
 
         m.d.comb += [rx_idle.eq(~rx_busy), rx_load.eq(in_load & room_ok)]
         with m.FSM(name="retx_fsm"):
             with m.State("IDLE"):
-                m.d.comb += self.retx.ready.eq(~rel_busy)
-                with m.If(self.retx.valid & ~rel_busy):
-                    m.d.sync += [rx_q.eq(self.retx.payload.qp), rx_psn.eq(self.retx.payload.psn),
-                                 rx_avoid.eq(self.retx.payload.avoid_index), rx_i.eq(0)]
-                    with m.If(self.retx.payload.qp < qps):
+                with m.If(r_full & ~rel_busy):
+                    m.d.sync += [rx_q.eq(r_req.qp), rx_psn.eq(r_req.psn),
+                                 rx_avoid.eq(r_req.avoid_index), rx_i.eq(0), r_full.eq(0),
+                                 x_slot.eq(head[r_req.qp]), occ_q.eq(occ[r_req.qp])]
+                    with m.If(r_req.qp < qps):
                         m.d.sync += rx_busy.eq(1)
                         m.next = "SEARCH"
                     with m.Else():
                         m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
             with m.State("SEARCH"):
                 # table word of slot head + rx_i read (into t_key)
-                with m.If(rx_i >= occ[rx_q]):
+                with m.If(rx_i >= occ_q):
                     m.d.sync += self.retx_unknown.eq(self.retx_unknown + 1)
                     m.d.sync += rx_busy.eq(0)
                     m.next = "IDLE"
@@ -642,7 +703,8 @@ class Segmenter(wiring.Component):
                 ]
                 m.next = "CMP"
             with m.State("CMP"):
-                m.d.sync += x_hit.eq((x_d < x_cnt) & ~(x_cur & (x_d >= x_cut)))
+                # compares as subtractions (carry chains): borrow = less than
+                m.d.sync += x_hit.eq(lt_cnt[24] & ~(x_cur & ~lt_cut[24]))
                 m.next = "HIT"
             with m.State("HIT"):
                 with m.If(x_hit):
@@ -650,7 +712,7 @@ class Segmenter(wiring.Component):
                                  rx_w.eq(0)]
                     m.next = "FETCH"
                 with m.Else():
-                    m.d.sync += rx_i.eq(rx_i + 1)
+                    m.d.sync += [rx_i.eq(rx_i + 1), x_slot.eq(x_slot + 1)]
                     m.next = "SEARCH"
             with m.State("FETCH"):
                 # the slot's bulk words, one per cycle (data two cycles after the address)
@@ -696,8 +758,8 @@ class Segmenter(wiring.Component):
                 m.d.comb += rx_push.eq(sq.w_rdy)
                 with m.If(sq.w_rdy):
                     m.d.sync += [rx_tries.eq(rx_tries + 1),
-                                 rx_skip.eq(Mux(dec_used, nout - 1, nout)),
-                                 dec_for_retx.eq(Mux(dec_used, nout == 1, nout == 0))]
+                                 rx_skip.eq(nout),
+                                 dec_for_retx.eq(nout == 0)]
                     m.next = "WAIT"
             with m.State("WAIT"):
                 # The decision stays in the spray stream; once it is at the head
@@ -706,19 +768,18 @@ class Segmenter(wiring.Component):
                 # packet, now at the head of the pending FIFO.
                 # dec_for_retx (a register) == rx_skip is 0 here
                 with m.If(dec_for_retx):
-                    with m.If(self.spray_decision.valid):
+                    with m.If(d_valid):
                         m.d.sync += dec_for_retx.eq(0)
-                        with m.If((dec.index == rx_avoid) & (rx_tries < self.retx_tries)):
-                            m.d.comb += dec_refused.eq(1)
+                        with m.If(d_refuse):
                             m.next = "REQ"
                         with m.Else():
-                            with m.If(dec.index == rx_avoid):
+                            with m.If(d_same):
                                 m.d.sync += self.retx_same_path.eq(self.retx_same_path + 1)
                             m.d.sync += rx_busy.eq(0)
                             m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += [rx_skip.eq(rx_skip - dec_used),
-                                 dec_for_retx.eq((rx_skip == 1) & dec_used)]
+                    m.d.sync += [rx_skip.eq(rx_skip - dec_used_r),
+                                 dec_for_retx.eq((rx_skip == 1) & dec_used_r)]
 
         # -------------------------------------------------- message release
         # One QP's oldest message per 4 cycles, round robin, while the retransmission
@@ -732,18 +793,20 @@ class Segmenter(wiring.Component):
         r_d = Signal(24)
         r_cnt = Signal(24)
         rel = Signal()
+        r_lt = Signal(25)       # borrow of r_d - r_cnt: r_d < r_cnt
+        m.d.comb += r_lt.eq(r_d - r_cnt)
         m.d.comb += [
             rel_busy.eq(rel_st != 0),
             tab_r.addr.eq(Mux(rx_idle, (rel_q << sbits) | head[rel_q], (rx_q << sbits) | x_slot)),
         ]
         with m.Switch(rel_st):
-            with m.Case(0), m.If(rx_idle & ~self.retx.valid):
+            with m.Case(0), m.If(rx_idle & ~r_full):
                 m.d.sync += [r_ok.eq((occ[rel_q] != 0) & ~self.qp_w_en), rel_st.eq(1)]
             with m.Case(1):
                 m.d.sync += [r_d.eq(una_r[rel_q] - t_key.first_psn), r_cnt.eq(t_key.count),
                              rel_st.eq(2)]
             with m.Case(2):
-                m.d.sync += [r_hit.eq((r_d >= r_cnt) & ~r_d[23]), rel_st.eq(3)]
+                m.d.sync += [r_hit.eq(~r_lt[24] & ~r_d[23]), rel_st.eq(3)]
             with m.Case(3):
                 m.d.comb += rel.eq(r_ok & r_hit)
                 m.d.sync += [rel_st.eq(0), rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))]
@@ -752,7 +815,8 @@ class Segmenter(wiring.Component):
         for i in range(qps):
             inc = commit & (w_qp == i)
             dcr = rel & (rel_q == i)
-            m.d.sync += occ[i].eq(occ[i] + inc - dcr)
+            m.d.sync += occ[i].eq(Mux(inc, Mux(dcr, occ[i], occ[i] + 1),
+                                      Mux(dcr, occ[i] - 1, occ[i])))
             with m.If(dcr):
                 m.d.sync += head[i].eq(head[i] + 1)
 
@@ -775,13 +839,17 @@ class Segmenter(wiring.Component):
         new_ok = Signal()
         cut = Signal()
         ahead = Signal(range(max(self.fifo_depth, 512 * self.pending_depth) + 513))   # beats cut, not yet out on payload
-        # Registered room: at most one write per cycle, so "2 free entries last cycle"
-        # guarantees one now (a cut may fill the per-packet FIFOs to depth - 1 only).
+        # Registered room: at most one write per cycle, each FIFO's level compared
+        # (registered) two cycles before the cut may use it, and the per-packet FIFOs
+        # written a cycle after the cut, so "4 free entries" then (3 for the spray
+        # request FIFO, written at the cut) guarantees one when the write lands.
         room_next = Signal()
-        m.d.comb += room_next.eq((pend.w_level <= self.pending_depth - 2)
-                                 & (fi.w_level <= self.pending_depth - 2)
-                                 & (rj.w_level <= self.pending_depth - 2)
-                                 & (sq.w_level <= sq.depth - 2))
+        lv_ok = Signal(4)
+        m.d.sync += lv_ok.eq(Cat(pend.w_level <= self.pending_depth - 4,
+                                 fi.w_level <= self.pending_depth - 4,
+                                 rj.w_level <= self.pending_depth - 4,
+                                 sq.w_level <= sq.depth - 3))
+        m.d.comb += room_next.eq(lv_ok.all())
         m.d.sync += room_ok.eq(room_next)
         # new_ok from two registers holding next cycle's terms, so the cut (the clock
         # enable of the whole cutter and the FIFO writes) is one LUT level deep:
@@ -793,19 +861,18 @@ class Segmenter(wiring.Component):
         flow_r = Signal()
         ahead_ok = Signal()
         g_go_next = Signal()
-        va_next = Signal(33)
+        va_next = Signal(33)    # g_va_lo + g_pmtu, with its carry: a register
         m.d.comb += [
-            va_next.eq(g_va_lo + g_pmtu),
             g_go_next.eq((g_go & ~(cut & g_last)) | (g_writing & (g_wbeat == _BULK_WORDS - 1))),
             pkt_len.eq(Mux(g_last, g_last_len, g_pmtu)),
-            new_ok.eq(go_r & flow_r & ahead_ok & ~self.retx.valid),
+            new_ok.eq(go_r & flow_r & ahead_ok & ~r_full),
             cut.eq(new_ok),
         ]
         m.d.sync += [
             g_go.eq(g_go_next),
             # rx_idle now and next cycle (no retransmission request taken now)
             go_r.eq(g_go_next & ~(cut & va_next[32]) & rx_idle
-                    & ~(self.retx.valid & ~rel_busy)),
+                    & ~(r_full & ~rel_busy)),
         ]
         sreq = SprayReq(sq.w_data)
         m.d.comb += [
@@ -835,18 +902,27 @@ class Segmenter(wiring.Component):
                      job.beats.eq(g_beats)]
         m.d.comb += [
             # write data selected by the (registered) engine state, not by the late enables
+        ]
+        # the per-packet FIFOs are written a cycle after the cut, from registers (their
+        # level logic sees no cutter logic); the room check allows for it (see above)
+        q_en = Signal()
+        m.d.sync += [
+            q_en.eq(cut | rx_load),
             pend.w_data.eq(Mux(rx_idle, pp, x_pp)),
             rj.w_data.eq(Mux(rx_idle, job, x_job)),
             fi.w_data.eq(Mux(rx_idle, Mux(g_last, g_last_fr, g_pmtu_fr), x_fr)),
-            pend.w_en.eq(cut | rx_load),
-            rj.w_en.eq(cut | rx_load),
-            fi.w_en.eq(cut | rx_load),
+        ]
+        m.d.comb += [
+            pend.w_en.eq(q_en),
+            rj.w_en.eq(q_en),
+            fi.w_en.eq(q_en),
         ]
         with m.If(cut):
             m.d.sync += [
                 g_psn.eq(g_psn + 1),
                 g_va_lo.eq(va_next[:32]),
                 g_va_fix.eq(va_next[32]),
+                va_next.eq(va_next[:32] + g_pmtu),
                 g_addr.eq(g_addr + g_pmtu),
                 g_left.eq(g_left - 1),
                 g_last.eq(g_left == 2),
@@ -856,19 +932,48 @@ class Segmenter(wiring.Component):
                 m.d.sync += g_active.eq(0)
         with m.If(g_va_fix):
             m.d.sync += [g_va_hi.eq(g_va_hi + 1), g_va_fix.eq(0)]
+        # While no message is committed the cutter registers follow the held request
+        # (enable ~g_active, a flip-flop, rather than the commit logic): at the commit
+        # they hold its values.  Last here: this wins over the g_va_fix update.
+        with m.If(~g_active):
+            m.d.sync += [
+                g_qp.eq(w_qp),
+                g_first.eq(w_first),
+                g_slot.eq(tail),
+                g_psn.eq(w_first),
+                g_va_lo.eq(w_va[:32]), g_va_hi.eq(w_va[32:]), g_va_fix.eq(0),
+                va_next.eq(w_va[:32] + w_pmtu),
+                g_addr.eq(w_addr),
+                g_left.eq(w_npkts),
+                g_last.eq(w_one),
+                g_beats.eq(w_beats0),
+                g_last_len.eq(w_last_len),
+                g_rkey.eq(w_rkey),
+                g_imm.eq(w_imm),
+                g_is_imm.eq(w_is_imm),
+                g_pmtu.eq(w_pmtu),
+                g_log2.eq(w_log2),
+                g_pmtu_fr.eq(w_pmtu_fr), g_pmtu_beats.eq(w_pmtu_beats),
+                g_last_fr.eq(w_last_fr), g_last_beats.eq(w_last_beats),
+            ]
 
         # ------------------------------------- descriptor + decision -> pkt
         pend_pkt = _PendingPacket(pend.r_data)
         out = self.pkt.payload
         base_valid = Signal()
         xfer = Signal()
+        xfer_r = Signal()
+        # The descriptor is popped the cycle after its transfer (``xfer_r``), so
+        # ``pkt.ready`` drives no FIFO logic: the decision register is empty in that cycle
+        # (it refills at most every 2 cycles), so ``pkt.valid`` is low meanwhile.
+        m.d.sync += xfer_r.eq(xfer)
         m.d.comb += [
-            base_valid.eq(pend.r_rdy & self.spray_decision.valid & ~dec_for_retx),
+            base_valid.eq(pend.r_rdy & d_valid & ~dec_for_retx),
             self.pkt.valid.eq(base_valid & self.sent.ready),
             self.sent.valid.eq(base_valid & self.pkt.ready),
             xfer.eq(base_valid & self.pkt.ready & self.sent.ready),
-            self.spray_decision.ready.eq(dec_refused | xfer),
-            pend.r_en.eq(xfer),
+            d_take.eq(dec_refused | xfer),
+            pend.r_en.eq(xfer_r),
             dec_used.eq(xfer),
             out.qp.eq(pend_pkt.qp),
             out.dest_qpn.eq(pend_pkt.dest_qpn),
@@ -881,13 +986,18 @@ class Segmenter(wiring.Component):
             out.rkey.eq(pend_pkt.rkey),
             out.length.eq(pend_pkt.length),
             out.imm.eq(pend_pkt.imm),
-            out.path.eq(self.spray_decision.payload),
+            out.path.eq(dec),
         ]
-        with m.If(sq.w_en):
-            m.d.sync += n_push.eq(n_push + 1)
-        with m.If(self.spray_decision.valid & self.spray_decision.ready):
-            m.d.sync += n_take.eq(n_take + 1)
-        m.d.comb += nout.eq(n_push - n_take)
+        # nout counts takes when they happen, the engine's rx_skip a cycle later
+        # (dec_used_r): ``nout`` sampled in REQ misses a take in that very cycle, and
+        # rx_skip then sees it in the first WAIT cycle.  dec_for_retx is thereby set one
+        # cycle after the previous decision is taken -- still in time, because the
+        # decision register is empty in that cycle (it refills at most every 2 cycles).
+        nout_p1 = Signal.like(nout)
+        nout_m1 = Signal.like(nout)
+        m.d.comb += [nout_p1.eq(nout + 1), nout_m1.eq(nout - 1)]
+        m.d.sync += [nout.eq(Mux(sq.w_en, Mux(d_take, nout, nout_p1), Mux(d_take, nout_m1, nout))),
+                     dec_used_r.eq(dec_used)]
         si = self.sent.payload
         m.d.comb += [
             si.qp.eq(out.qp),
@@ -954,49 +1064,133 @@ class Segmenter(wiring.Component):
             axi.arvalid.eq(ar_valid),
         ]
 
-        # R -> payload FIFO (room guaranteed by ``reserved``)
+        # ------------------------------------------------------- payload path
+        # R beats -> block RAM (``fifo_depth`` x 64; room guaranteed by ``reserved``, so
+        # ``rready`` is constant 1) -> read, framed at the read: 2-cycle read through the
+        # EBR's output register (``pf_q`` takes the RAM data and nothing else) -> a small
+        # output FIFO (distributed RAM, registered output) that ``payload`` leaves from.
+        # A read is issued only while the output FIFO has room for it (``ob_ok``).
+        depth = self.fifo_depth
+        pow2 = (depth & (depth - 1)) == 0
+        m.submodules.payload_ram = pram = memory.Memory(
+            shape=64, depth=depth, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
+        pram_w = pram.write_port()
+        pram_r = pram.read_port()
+        wp = Signal(range(depth))
+        rp = Signal(range(depth))
         m.d.comb += [
-            axi.rready.eq(pf.w_rdy),
-            pf.w_en.eq(axi.rvalid),
-            pf.w_data.eq(axi.rdata),
+            axi.rready.eq(1),
+            pram_w.addr.eq(wp),
+            pram_w.data.eq(axi.rdata),
+            pram_w.en.eq(axi.rvalid),
+            pram_r.addr.eq(rp),
+            pram_r.en.eq(1),
         ]
-        with m.If(axi.rvalid & axi.rready & (axi.rresp != 0)):
+        with m.If(axi.rvalid):
+            m.d.sync += wp.eq(wp + 1 if pow2 else Mux(wp == depth - 1, 0, wp + 1))
+        with m.If(axi.rvalid & (axi.rresp != 0)):
             m.d.sync += self.rd_errors.eq(self.rd_errors + 1)
 
-        # --------------------------------------------------- payload framer
-        frame = _FrameInfo(fi.r_data)
-        beat = Signal(9)
-        is_last = Signal()
-        ps = self.payload
-        m.d.comb += [
-            is_last.eq(beat == frame.last_beat),
-            ps.tvalid.eq(pf.r_rdy & fi.r_rdy),
-            ps.tdata.eq(pf.r_data),
-            ps.tkeep.eq(Mux(is_last, frame.keep, 0xFF)),
-            ps.tlast.eq(is_last),
+        # beats written, not yet read; "!= 0" and "!= 1" kept as flags for next cycle
+        avail = Signal(range(depth + 1))
+        a_ne0 = Signal()
+        a_ne1 = Signal(init=1)
+        rd = Signal()
+        m.d.sync += [
+            avail.eq(avail + axi.rvalid - rd),
+            a_ne0.eq(Mux(axi.rvalid, Mux(rd, a_ne0, 1), Mux(rd, a_ne1, a_ne0))),
+            a_ne1.eq(Mux(axi.rvalid, Mux(rd, avail != 1, avail != 0), Mux(rd, avail != 2, avail != 1))),
         ]
-        pop = ps.tvalid & ps.tready
-        m.d.comb += [pf.r_en.eq(pop), fi.r_en.eq(pop & is_last)]
-        with m.If(pop):
-            m.d.sync += beat.eq(Mux(is_last, 0, beat + 1))
+        with m.If(rd):
+            m.d.sync += rp.eq(rp + 1 if pow2 else Mux(rp == depth - 1, 0, rp + 1))
+
+        # framing at the read: the frame at the head of ``fi`` is taken into ``f_*``
+        f_valid = Signal()
+        f_left = Signal(9)      # beats after the next one read
+        f_last = Signal()       # the next beat read is the frame's last (f_left == 0)
+        f_keep = Signal(8)
+        f_retx = Signal()
+        fhead = _FrameInfo(fi.r_data)
+        f_load = Signal()
+        m.d.comb += [
+            f_load.eq(fi.r_rdy & (~f_valid | (rd & f_last))),
+            fi.r_en.eq(f_load),
+        ]
+        with m.If(f_load):
+            m.d.sync += [f_left.eq(fhead.last_beat - 1), f_last.eq(fhead.last_beat == 0),
+                         f_keep.eq(fhead.keep), f_retx.eq(fhead.retx)]
+        with m.Elif(rd):
+            m.d.sync += [f_left.eq(f_left - 1), f_last.eq(f_left == 0)]
+        with m.If(f_load):
+            m.d.sync += f_valid.eq(1)
+        with m.Elif(rd & f_last):
+            m.d.sync += f_valid.eq(0)
+
+        # output FIFO credit: reads issued, not yet popped from the output FIFO
+        ob_depth = 9            # 8 in distributed RAM + the output register
+        m.submodules.payload_out = ob = fifo.SyncFIFOBuffered(width=64 + 8 + 1 + 1, depth=ob_depth)
+        ob_cnt = Signal(range(ob_depth + 1))
+        ob_ok = Signal(init=1)
+        ps = self.payload
+        pop = Signal()
+        m.d.comb += [
+            rd.eq(a_ne0 & ob_ok & f_valid),
+            pop.eq(ob.r_rdy & ps.tready),
+        ]
+        m.d.sync += [
+            ob_cnt.eq(ob_cnt + rd - pop),
+            ob_ok.eq(Mux(rd & ~pop, ob_cnt < ob_depth - 1,
+                         Mux(pop & ~rd, 1, ob_cnt < ob_depth))),
+        ]
+        # read pipeline: rd -> (EBR) -> pf_q (EBR output register) -> output FIFO
+        s1_v = Signal()
+        s1_tag = Signal(10)     # keep, last, retx
+        s2_v = Signal()
+        s2_tag = Signal(10)
+        pf_q = Signal(64, reset_less=True)
+        m.d.sync += [
+            s1_v.eq(rd),
+            s1_tag.eq(Cat(Mux(f_last, f_keep, 0xFF), f_last, f_retx)),
+            s2_v.eq(s1_v),
+            s2_tag.eq(s1_tag),
+            pf_q.eq(pram_r.data),
+        ]
+        m.d.comb += [
+            ob.w_en.eq(s2_v),
+            ob.w_data.eq(Cat(pf_q, s2_tag)),
+            ob.r_en.eq(ps.tready),
+            ps.tvalid.eq(ob.r_rdy),
+            ps.tdata.eq(ob.r_data[:64]),
+            ps.tkeep.eq(ob.r_data[64:72]),
+            ps.tlast.eq(ob.r_data[72]),
+        ]
 
         # the counters see a payload beat one cycle late (registered): they only overestimate
         pop_r = Signal()
         pop_new = Signal()
-        m.d.sync += [pop_r.eq(pop), pop_new.eq(pop & ~frame.retx)]
+        m.d.sync += [pop_r.eq(pop), pop_new.eq(pop & ~ob.r_data[73])]
         m.d.sync += reserved.eq(reserved + Mux(issue, ar_n, 0) - pop_r)
         # ahead: both outcomes of this cycle's write computed from registers; the late
         # write enable only selects
         # (new packets only: retransmissions neither count nor wait for it)
         ahead_w = Signal.like(ahead)
         ahead_n = Signal.like(ahead)
+        ahead_pb = Signal.like(ahead)
+        beats_mp = Signal(signed(12))
+        ahead_inc = Signal(signed(12))
         m.d.comb += [
-            ahead_w.eq(ahead + job.beats - pop_new),
+            # one adder after the cut: ahead + (cut ? beats - pop : -pop)
+            beats_mp.eq(job.beats - pop_new),
+            ahead_inc.eq(Mux(cut, beats_mp, -pop_new)),
+            ahead_w.eq(ahead + ahead_inc),
             ahead_n.eq(ahead - pop_new),
+            ahead_pb.eq(ahead + job.beats),
         ]
-        m.d.sync += ahead.eq(Mux(cut, ahead_w, ahead_n))
+        m.d.sync += ahead.eq(ahead_w)
         m.d.sync += [
-            ahead_ok.eq(Mux(cut, ahead_w < self.fifo_depth, ahead_n < self.fifo_depth)),
+            # ahead_ok ignores this cycle's payload beat (one adder before the compare):
+            # it may hold a cut back one cycle at the limit, never lets one through early
+            ahead_ok.eq(Mux(cut, ahead_pb < self.fifo_depth, ahead < self.fifo_depth)),
             flow_r.eq(room_next & self.tx_ok.bit_select(g_qp, 1)),
         ]
         return m

@@ -798,8 +798,17 @@ def test_segmenter_refused_qps4(tmp_path):
             build_dir=tmp_path / "q4", env={"qps": 4}, testcase="run_refused", quiet=True)
 
 
+def test_segmenter_min_pending(tmp_path):
+    """Smallest pending_depth (4): the registered room checks (two cycles early, FIFO
+    writes a cycle after the cut) never overfill the per-packet FIFOs under backpressure."""
+    run_rtl(Segmenter(qps=8, pending_depth=4), toplevel="segmenter",
+            test_module="tests.rtl.test_segmenter", build_dir=tmp_path / "p4",
+            env={"qps": 8, "pending_depth": 4}, testcase="run_backpressure", quiet=True)
+
+
 @pytest.mark.parametrize("kwargs", [{"qps": 0}, {"qps": 9}, {"fifo_depth": 256},
-                                    {"pending_depth": 1}, {"msgs": 3}, {"msgs": 32},
+                                    {"pending_depth": 1}, {"pending_depth": 3},
+                                    {"msgs": 3}, {"msgs": 32},
                                     {"retx_tries": 0}])
 def test_segmenter_bad_params(kwargs):
     with pytest.raises(ValueError):
