@@ -1,12 +1,13 @@
 """Ethernet MAC receiver: GMII byte stream (PHY RX domain) -> 64-bit AXI-Stream (NIC domain).
 
 The PHY side finds the SFD, checks the FCS, length (runt / giant) and GMII RX_ER, strips
-the FCS and packs the bytes into 64-bit beats; the last beat of every frame carries the
-frame's status.  The beats cross to the NIC domain through an
-:class:`amaranth.lib.fifo.AsyncFIFO` that the NIC side drains every cycle into a
-store-and-forward frame buffer (:class:`amaranth.lib.memory.Memory`): a frame is written
-speculatively and *committed* only when its last beat reports a good frame; otherwise the
-write pointer rolls back, so a bad frame is never released.
+the FCS and packs the bytes into 32-bit words; the last word of every frame carries the
+frame's status.  The words cross to the NIC domain through a small
+:class:`amaranth.lib.fifo.AsyncFIFO` (8 words, one LUT RAM deep) that the NIC side drains
+every cycle, pairs into 64-bit beats and writes into a store-and-forward frame buffer
+(:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
+only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
+bad frame is never released.
 
 Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames shorter
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
@@ -29,7 +30,7 @@ MIN_FRAME = 64              #: bytes including the FCS
 
 
 class RxStatus(enum.Enum, shape=3):
-    """Status carried by the last beat of a frame across the clock-domain crossing."""
+    """Status of a frame, carried by its last word across the clock-domain crossing."""
     OK = 0
     BAD_FCS = 1             #: FCS mismatch or RX_ER asserted inside the frame
     RUNT = 2                #: shorter than 64 bytes including the FCS
@@ -37,11 +38,13 @@ class RxStatus(enum.Enum, shape=3):
     OVERFLOW = 4            #: a beat was lost at the clock-domain crossing
 
 
+#: A 32-bit word crossing from ``rx_domain`` to ``sync``.  ``ok`` is meaningful on the
+#: last word only: when it is 0 the frame is dropped and ``data[:3]`` is its RxStatus.
 _Cross = data.StructLayout({
-    "data": 64,
-    "nbytes_m1": 3,
+    "data": 32,
+    "nbytes_m1": 2,
     "last": 1,
-    "status": RxStatus,
+    "ok": 1,
 })
 
 _Stored = data.StructLayout({
@@ -86,15 +89,16 @@ class EthMacRx(wiring.Component):
         Frames dropped for being longer than ``max_frame`` bytes including the FCS.
     rx_fifo_overflow : Out(32)
         Good frames dropped because the frame buffer was full (``m_axis`` backpressure) or
-        a beat was lost at the crossing.  All counters are in ``sync``; the status reasons
+        a word was lost at the crossing.  All counters are in ``sync``; the status reasons
         are exclusive and checked in the order giant, runt, bad FCS, overflow.
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
-    clock is faster than 1/8 of the RX clock (one beat per 8 bytes).  Latency: about
-    3 ``rx_domain`` + 8 ``sync`` cycles from the frame's last FCS byte (plus the FIFO
-    synchroniser) to its first beat on ``m_axis`` (GMII input register, FSM, FIFO write
-    register on the PHY side; block-RAM read, its output register and the ``m_axis``
-    register on the NIC side).  ``m_axis`` comes from flip-flops; ``tready`` reaches
+    clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
+    5 ``rx_domain`` + 10 ``sync`` cycles from the frame's last FCS byte (plus the FIFO
+    synchroniser) to its first beat on ``m_axis`` (two GMII input registers, FSM, a
+    registered FCS check, FIFO write register on the PHY side; FIFO output register, word
+    pairing, buffer write, block-RAM read, its output register and the ``m_axis`` register
+    on the NIC side).  ``m_axis`` comes from flip-flops; ``tready`` reaches
     only the output and skid registers (a one-beat skid buffer), so a sink may stall
     at any beat with no bubble at line rate.  The buffer holds ``buffer_depth - 1``
     beats (its full flag is registered) plus up to 4 beats in the read pipeline.
@@ -127,16 +131,21 @@ class EthMacRx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rx = self.rx_domain
-        m.submodules.fifo = fifo = AsyncFIFO(width=_Cross.size, depth=16,
+        m.submodules.fifo = fifo = AsyncFIFO(width=_Cross.size, depth=8,
                                              w_domain=rx, r_domain="sync")
 
         # ---------------------------------------------------------------- PHY side (rx)
         # stage 0: GMII input register (keeps the pins' neighbour logic off the FSM paths)
-        rxd, rx_dv, rx_er = Signal(8), Signal(), Signal()
-        m.d[rx] += [rxd.eq(self.rxd), rx_dv.eq(self.rx_dv), rx_er.eq(self.rx_er)]
+        rxd0, dv0, er0 = Signal(8), Signal(), Signal()
+        m.d[rx] += [rxd0.eq(self.rxd), dv0.eq(self.rx_dv), er0.eq(self.rx_er)]
+        # stage 1: the byte with its SFD / preamble compares decoded a cycle ahead
+        rxd, rx_dv, rx_er, is_sfd, is_pre = Signal(8), Signal(), Signal(), Signal(), Signal()
+        m.d[rx] += [rxd.eq(rxd0), rx_dv.eq(dv0), rx_er.eq(er0),
+                    is_sfd.eq(rxd0 == SFD), is_pre.eq(rxd0 == PREAMBLE)]
 
-        # stage 1: SFD / FCS / length FSM and the beat packer.  Length thresholds are
-        # registered flags updated with ``count`` (no wide compare in the same cycle).
+        # stage 2: SFD / FCS / length FSM and the word packer.  Length thresholds are
+        # registered flags updated with ``count`` (no wide compare in the same cycle); the
+        # CRC's residue compare is registered (``fcs_ok``) and read a cycle after the frame.
         m.submodules.crc = crc = DomainRenamer({"sync": rx})(
             Processor(catalog.CRC32_ETHERNET(data_width=8)))
         count = Signal(range(self.max_frame + 1))  # bytes after the SFD, saturating
@@ -144,34 +153,40 @@ class EthMacRx(wiring.Component):
         payload = Signal()                         # count >= 4
         long_enough = Signal()                     # count >= MIN_FRAME
         delay = Signal(32)                         # the last 4 bytes (FCS candidates)
-        beat = Signal(64)
-        lanes = Signal(range(9))                   # bytes in ``beat``
-        full = Signal()                            # lanes == 8
+        word = Signal(32)
+        lane = Signal(2)                           # next byte lane of ``word``
+        full = Signal()                            # ``word`` holds 4 bytes
         giant = Signal()
         er_seen = Signal()
+        fcs_ok = Signal()
         status = Signal(RxStatus)
-        push = Signal()                            # hand ``beat`` to stage 2 (comb)
+        push = Signal()                            # hand ``word`` to stage 3 (comb)
         push_last = Signal()
         m.d.comb += crc.data.eq(rxd)
+        m.d[rx] += fcs_ok.eq(crc.match_detected)
 
-        # stage 2: one registered beat in front of the crossing FIFO.  A full beat that
-        # finds the FIFO full is lost (the frame's status becomes OVERFLOW); the last beat
-        # waits for room (the FSM holds in FLUSH meanwhile).
+        # stage 3: one registered word in front of the crossing FIFO.  A full word that
+        # finds the FIFO full is lost (the frame's status becomes OVERFLOW); the last word
+        # waits for room (the FSM holds in FLUSH meanwhile).  The last word of a bad frame
+        # carries its status in ``data[:3]`` instead of bytes (``ok`` = 0).
         pend = Signal(_Cross)
         pend_valid = Signal()
         lost = Signal()
         w = _Cross(fifo.w_data)
         m.d.comb += [
             fifo.w_en.eq(pend_valid),
-            w.data.eq(pend.data),
+            w.data[3:].eq(pend.data[3:]),
+            w.data[:3].eq(Mux(pend.last & pend.ok & lost, RxStatus.OVERFLOW.value,
+                              pend.data[:3])),
             w.nbytes_m1.eq(pend.nbytes_m1),
             w.last.eq(pend.last),
-            w.status.eq(Mux(pend.last & (pend.status == RxStatus.OK) & lost,
-                            RxStatus.OVERFLOW, pend.status)),
+            w.ok.eq(pend.ok & ~lost),
         ]
+        ok = Signal()
         with m.If(push):
-            m.d[rx] += [pend_valid.eq(1), pend.data.eq(beat), pend.nbytes_m1.eq(lanes - 1),
-                        pend.last.eq(push_last), pend.status.eq(status)]
+            m.d[rx] += [pend_valid.eq(1), pend.data[3:].eq(word[3:]),
+                        pend.data[:3].eq(Mux(~push_last | ok, word[:3], status)),
+                        pend.nbytes_m1.eq(lane - 1), pend.last.eq(push_last), pend.ok.eq(ok)]
         with m.Elif(pend_valid & (fifo.w_rdy | ~pend.last)):
             m.d[rx] += pend_valid.eq(0)
         with m.If(pend_valid & ~pend.last & ~fifo.w_rdy):
@@ -181,13 +196,13 @@ class EthMacRx(wiring.Component):
 
         with m.FSM(domain=rx):
             with m.State("IDLE"):
+                m.d.comb += crc.start.eq(1)
                 m.d[rx] += [count.eq(0), at_max.eq(0), payload.eq(0), long_enough.eq(0),
-                            lanes.eq(0), full.eq(0), giant.eq(0), er_seen.eq(0)]
+                            lane.eq(0), full.eq(0), giant.eq(0), er_seen.eq(0)]
                 with m.If(rx_dv):
-                    with m.If(rxd == SFD):
-                        m.d.comb += crc.start.eq(1)
+                    with m.If(is_sfd):
                         m.next = "DATA"
-                    with m.Elif(rxd != PREAMBLE):
+                    with m.Elif(~is_pre):
                         m.next = "DROP"
             with m.State("DATA"):
                 with m.If(rx_dv):
@@ -206,28 +221,29 @@ class EthMacRx(wiring.Component):
                             m.d[rx] += long_enough.eq(1)
                         with m.If(payload):
                             # the byte leaving the delay line is payload
+                            m.d[rx] += [word.word_select(lane, 8).eq(delay[:8]),
+                                        lane.eq(lane + 1), full.eq(lane == 3)]
                             with m.If(full):
                                 m.d.comb += push.eq(1)
-                                m.d[rx] += [beat[:8].eq(delay[:8]), lanes.eq(1), full.eq(0)]
-                            with m.Else():
-                                m.d[rx] += [beat.word_select(lanes[:3], 8).eq(delay[:8]),
-                                            lanes.eq(lanes + 1), full.eq(lanes == 7)]
                 with m.Else():
-                    with m.If(giant):
-                        m.d[rx] += status.eq(RxStatus.GIANT)
-                    with m.Elif(~long_enough):
-                        m.d[rx] += status.eq(RxStatus.RUNT)
-                    with m.Elif(~crc.match_detected | er_seen):
-                        m.d[rx] += status.eq(RxStatus.BAD_FCS)
-                    with m.Else():
-                        m.d[rx] += status.eq(RxStatus.OK)
-                    m.next = "END"
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                # ``fcs_ok`` now reflects the CRC after the frame's last byte
+                with m.If(giant):
+                    m.d[rx] += [status.eq(RxStatus.GIANT), ok.eq(0)]
+                with m.Elif(~long_enough):
+                    m.d[rx] += [status.eq(RxStatus.RUNT), ok.eq(0)]
+                with m.Elif(~fcs_ok | er_seen):
+                    m.d[rx] += [status.eq(RxStatus.BAD_FCS), ok.eq(0)]
+                with m.Else():
+                    m.d[rx] += [status.eq(RxStatus.OK), ok.eq(1)]
+                m.next = "END"
             with m.State("END"):
-                # the last beat (maybe empty for a runt) carries the status
+                # the last word (maybe empty for a runt) carries the status
                 m.d.comb += [push.eq(1), push_last.eq(1)]
                 m.next = "FLUSH"
             with m.State("FLUSH"):
-                # wait until stage 2 has written the last beat into the crossing FIFO
+                # wait until stage 3 has written the last word into the crossing FIFO
                 with m.If(~pend_valid):
                     m.next = "IDLE"
             with m.State("DROP"):
@@ -235,6 +251,37 @@ class EthMacRx(wiring.Component):
                     m.next = "IDLE"
 
         # ---------------------------------------------------------------- NIC side (sync)
+        # stage A: the crossing FIFO's output, registered (popped every cycle).
+        a = Signal(_Cross, reset_less=True)
+        a_valid = Signal()
+        m.d.comb += fifo.r_en.eq(1)
+        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy)]
+
+        # stage B: two words make a 64-bit beat, each written in place (no lane mux); the
+        # end-of-frame reasons are decoded here for stage C.
+        b_data = Signal(64, reset_less=True)
+        b_nbytes_m1, b_last = Signal(3, reset_less=True), Signal(reset_less=True)
+        b_good, b_bad_fcs, b_runt, b_giant, b_ovf = (Signal(reset_less=True) for _ in range(5))
+        b_valid, half = Signal(), Signal()
+        m.d.sync += b_valid.eq(a_valid & (half | a.last))
+        with m.If(a_valid):
+            with m.If(half):
+                m.d.sync += b_data[32:].eq(a.data)
+            with m.Else():
+                m.d.sync += b_data[:32].eq(a.data)
+            code = a.data[:3]
+            m.d.sync += [
+                half.eq(~half & ~a.last),
+                b_nbytes_m1.eq(Cat(a.nbytes_m1, half)),
+                b_last.eq(a.last),
+                b_good.eq(a.ok),
+                b_bad_fcs.eq(~a.ok & (code == RxStatus.BAD_FCS.value)),
+                b_runt.eq(~a.ok & (code == RxStatus.RUNT.value)),
+                b_giant.eq(~a.ok & (code == RxStatus.GIANT.value)),
+                b_ovf.eq(~a.ok & (code == RxStatus.OVERFLOW.value)),
+            ]
+
+        # stage C: speculative buffer write and commit / rollback; stage D: the counters.
         depth = self.buffer_depth
         abits = (depth - 1).bit_length()
         # The read port reads only committed words (rd < commit <= wr, wr - rd < depth), so
@@ -248,40 +295,37 @@ class EthMacRx(wiring.Component):
         commit = Signal(abits + 1)      # end of the last good frame
         rd = Signal(abits + 1)          # next beat to fetch from the buffer
         dropping = Signal()
-        r = _Cross(fifo.r_data)
         # Registered, one cycle behind: wr grows by at most 1 per cycle and rd never goes
         # back, so "wr - rd >= depth - 1 a cycle ago" covers "full now" (one word unused).
-        full = Signal()
-        m.d.sync += full.eq((wr - rd)[:abits + 1] >= depth - 1)
+        buf_full = Signal()
+        m.d.sync += buf_full.eq((wr - rd)[:abits + 1] >= depth - 1)
 
         m.d.comb += [
-            fifo.r_en.eq(1),
             wp.addr.eq(wr[:abits]),
-            wp.data.data.eq(r.data),
-            wp.data.nbytes_m1.eq(r.nbytes_m1),
-            wp.data.last.eq(r.last),
+            wp.data.data.eq(b_data),
+            wp.data.nbytes_m1.eq(b_nbytes_m1),
+            wp.data.last.eq(b_last),
         ]
-        with m.If(fifo.r_rdy):
-            with m.If(~dropping & ~full):
+        inc = {name: Signal(name=f"inc_{name}") for name in
+               ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow")}
+        m.d.sync += [s.eq(0) for s in inc.values()]
+        with m.If(b_valid):
+            with m.If(~dropping & ~buf_full):
                 m.d.comb += wp.en.eq(1)
                 m.d.sync += wr.eq(wr + 1)
             with m.Else():
                 m.d.sync += dropping.eq(1)
-            with m.If(r.last):
+            with m.If(b_last):
                 m.d.sync += dropping.eq(0)
-                with m.If((r.status == RxStatus.OK) & ~dropping & ~full):
-                    m.d.sync += [commit.eq(wr + 1), self.rx_frames.eq(self.rx_frames + 1)]
+                with m.If(b_good & ~dropping & ~buf_full):
+                    m.d.sync += [commit.eq(wr + 1), inc["rx_frames"].eq(1)]
                 with m.Else():
-                    m.d.sync += wr.eq(commit)
-                    with m.Switch(r.status):
-                        with m.Case(RxStatus.BAD_FCS):
-                            m.d.sync += self.rx_bad_fcs.eq(self.rx_bad_fcs + 1)
-                        with m.Case(RxStatus.RUNT):
-                            m.d.sync += self.rx_runt.eq(self.rx_runt + 1)
-                        with m.Case(RxStatus.GIANT):
-                            m.d.sync += self.rx_giant.eq(self.rx_giant + 1)
-                        with m.Default():
-                            m.d.sync += self.rx_fifo_overflow.eq(self.rx_fifo_overflow + 1)
+                    m.d.sync += [wr.eq(commit), inc["rx_bad_fcs"].eq(b_bad_fcs),
+                                 inc["rx_runt"].eq(b_runt), inc["rx_giant"].eq(b_giant),
+                                 inc["rx_fifo_overflow"].eq(b_good | b_ovf)]
+        for name, s in inc.items():
+            with m.If(s):
+                m.d.sync += getattr(self, name).eq(getattr(self, name) + 1)
 
         # Read pipeline, all stages enabled by ``go`` (a register): block-RAM read (v1),
         # ``q`` = the read data with nothing in between (it becomes the EBR's output
