@@ -124,7 +124,7 @@ N_REASONS = len(DropReason)
 
 def _data(*args, **kw):
     """A datapath register: no reset (its value is only read after it was loaded)."""
-    return Signal(*args, reset_less=True, **kw)
+    return Signal(*args, reset_less=True, src_loc_at=1, **kw)
 
 
 def _bitrev32(v: int) -> int:
@@ -137,6 +137,7 @@ assert CRC32_INIT == 0xFFFFFFFF
 #: CRC value (zlib form) of a correct frame followed by k zero bytes, k = 0..7: the last
 #: beat is zero-filled beyond tkeep, so a frame of length L ends with (-L) % 8 zero bytes.
 _ICRC_PADDED = [zlib.crc32(bytes(k), ICRC_RESIDUE) for k in range(8)]
+
 
 #: The meta word in front of every record (slot 0).
 _Meta = data.StructLayout({
@@ -181,11 +182,14 @@ class RxParser(wiring.Component):
     Attributes
     ----------
     s_axis : In(AxiStreamSignature(64))
-        Received frames, lane 0 = first byte.  ``tready`` falls only while the
-        buffer word a beat would write is still occupied (the read side frees
-        one word per payload beat it sends), and at a frame's first beat while
-        the previous frame's record cannot be written (buffer full).  With
-        ready outputs it stays high: one beat per clock, no idle cycles.
+        Received frames, lane 0 = first byte.  Every beat is registered once
+        (a 2-entry input skid; ``tready`` is a flip-flop: the skid is empty).
+        The parser stalls only while the buffer word a beat would write is
+        still occupied (the read side frees one word per payload beat it
+        sends), and at a frame's first beat while the previous frame's record
+        cannot be written (buffer full); ``tready`` falls one cycle after a
+        stall begins.  With ready outputs it stays high: one beat per clock,
+        no idle cycles.
     s_port : In(3)
         Shared mode only: plane of the frame on ``s_axis``, valid with every
         beat, sampled on the first beat; copied into ``RxPacket.port``.
@@ -218,18 +222,25 @@ class RxParser(wiring.Component):
     accepted : Out(ArrayLayout(32, 3))
         Accepted frames per :class:`~mrcnic.rtl.layouts.RxKind` (DATA, PROBE, ACK).
 
-    Latency: a frame's record is committed 1 cycle after its last beat (its buffer
-    writes go through a register stage); with the read side idle, its ``pkt``
-    record is presented ``max(13, regions + 11)`` cycles after the last beat
-    (15 for 4 regions) and its payload's first beat 2 cycles after that; a drop
-    is counted about 10 cycles after the last beat.  Read side: 4 cycles per
+    Latency: a frame's record is committed 2 cycles after its last beat is
+    taken on ``s_axis`` (1 in the input register; its buffer writes go through a
+    register stage); with the read side idle, its ``pkt`` record is presented
+    ``max(14, regions + 12)`` cycles after the last beat (16 for 4 regions) and its
+    payload's first beat 2 cycles after that; a drop is counted about 11 cycles
+    after the last beat.  Read side: 4 cycles per
     dropped frame, ``max(11, regions + 9)`` cycles per other frame plus, with a
     payload, one per payload word and 2 for the read pipeline; a frame may be as
     short as one beat (the input waits only when the buffer is full).
 
-    Timing structure (ECP5, 140 MHz class): ``tready`` comes from registered
-    flags (beat position one-hots, a registered space check and a registered,
-    conservative buffer-full flag); the buffer is read through the block RAM's
+    Timing structure (ECP5, 150 MHz class, at most 4-5 LUT levels per path): the
+    input beat is registered (tkeep decoded, bytes beyond tkeep zeroed) and the
+    parser's stall is a register computed from the next values of its terms
+    (space check, verdict pending, buffer full), so the beat-taken enable is one
+    LUT level; beat positions are one-hots and registered decodes of the beat
+    counters; wide compares (DA, DMALEN, the header-check summary, the ICRC
+    expected value) are registered in parts and combined a cycle later; the ICRC
+    verdict is patched into the meta word as it is written; HEAD steps of the
+    read side are a registered one-hot; the buffer is read through the block RAM's
     output register (``rdw``), which also drives ``payload`` (no logic after
     it); the region checker registers the region word before comparing; the
     counter read-modify-write is 4 cycles deep and the read side makes count
@@ -345,13 +356,44 @@ class RxParser(wiring.Component):
         wr_en = Signal()
         wr_addr = _data(abits)
         wr_data = _data(64)
-        m.d.comb += [wp.en.eq(wr_en), wp.addr.eq(wr_addr), wp.data.eq(wr_data)]
+        wr_meta = _data()                  # wr_data is a meta word: its icrc_bad comes now
+        icrc_pos = _Meta["icrc_bad"].offset
+        wr_patch = Signal(64)
+        m.d.comb += [wp.en.eq(wr_en), wp.addr.eq(wr_addr), wp.data.eq(wr_data | wr_patch)]
 
-        # ================================================================ write side
-        tready = Signal()
+        # ================================================================ input register
+        # Every beat is registered once before the parser looks at it (i_*), through a
+        # 2-entry skid (k_*): s_axis.tready is a flip-flop (skid empty), and the beat
+        # reaches its register through a mux and the tkeep decode (2 LUT levels).  Bytes
+        # beyond tkeep are zeroed here (the ICRC view of the last beat is zero-filled).
+        i_valid = Signal()
+        k_empty = Signal(init=1)                 # the skid is empty (= s_axis.tready)
+        k_valid = ~k_empty
+        i_data, i_last, i_nl1, i_keep_ok, i_full = _data(64), _data(), _data(3), _data(), _data()
+        k_data, k_keep, k_last = _data(64), _data(8), _data()
+        i_port, k_port = _data(3), _data(3)
+        s_port = self.s_port if shared else Const(0, 3)
+        tready = Signal()                        # the parser takes the beat in i_*
         fire = Signal()
-        m.d.comb += [s.tready.eq(tready), fire.eq(s.tvalid & tready)]
-        td = s.tdata
+        m.d.comb += [s.tready.eq(k_empty), fire.eq(i_valid & tready)]
+        take = ~i_valid | tready
+        src_keep = Mux(k_valid, k_keep, s.tkeep)
+        k = Signal(8)
+        m.d.comb += k.eq(src_keep)
+        with m.If(take):
+            m.d.sync += [i_valid.eq(k_valid | s.tvalid), k_empty.eq(1),
+                         i_data.eq(Mux(k_valid, k_data, s.tdata)
+                                   & Cat(*[k[i].replicate(8) for i in range(8)])),
+                         i_last.eq(Mux(k_valid, k_last, s.tlast)),
+                         i_port.eq(Mux(k_valid, k_port, s_port)),
+                         i_keep_ok.eq(k[0] & Cat(*[~k[i + 1] | k[i] for i in range(7)]).all()),
+                         i_full.eq(k.all()),
+                         i_nl1.eq(Cat((k[1] & ~k[2]) | (k[3] & ~k[4]) | (k[5] & ~k[6]) | k[7],
+                                      (k[2] & ~k[4]) | k[6], k[4]))]
+        with m.Elif(k_empty):
+            m.d.sync += [k_empty.eq(~s.tvalid), k_data.eq(s.tdata), k_keep.eq(s.tkeep),
+                         k_last.eq(s.tlast), k_port.eq(s_port)]
+        td = i_data
 
         def lane(i):
             return td[8 * i:8 * i + 8]
@@ -362,33 +404,32 @@ class RxParser(wiring.Component):
         beat = Signal(range(max_beats + 1))      # index of the current beat in its frame
         baddr = Signal(abits + 1, init=1)  # buffer address of this beat's word: commit_ptr + 1
                                            # (+ rel while l4)
-        nl1 = Signal(3)                          # bytes in this beat - 1 (tkeep contiguous)
-        keep_ok = Signal()                       # tkeep = 2**n - 1, n = 1..8
-        k = s.tkeep
-        m.d.comb += [
-            keep_ok.eq(k[0] & Cat(*[~k[i + 1] | k[i] for i in range(7)]).all()),
-            nl1.eq(Cat((k[1] & ~k[2]) | (k[3] & ~k[4]) | (k[5] & ~k[6]) | k[7],
-                       (k[2] & ~k[4]) | k[6], k[4])),
-        ]
+        nl1 = i_nl1                              # bytes in this beat - 1 (tkeep contiguous)
         bt = Signal(8, init=1)                   # one-hot: bt[k] = (beat == k), k < 8
         with m.If(fire):
-            m.d.sync += bt.eq(Mux(s.tlast, 1, bt << 1))
+            m.d.sync += bt.eq(Mux(i_last, 1, bt << 1))
         first = bt[0]
-        beat_bad = Mux(s.tlast, ~keep_ok, s.tkeep != 0xFF)
+        beat_bad = Mux(i_last, ~i_keep_ok, ~i_full)
         bad_keep = Signal()                      # an earlier beat of this frame was bad
+        beat_sat = Signal()                      # beat == max_beats (it stops counting)
         with m.If(fire):
-            m.d.sync += bad_keep.eq(~s.tlast & (beat_bad | (~first & bad_keep)))
-            with m.If(s.tlast):
-                m.d.sync += beat.eq(0)
-            with m.Elif(beat != max_beats):
-                m.d.sync += beat.eq(beat + 1)
+            m.d.sync += bad_keep.eq(~i_last & (beat_bad | (~first & bad_keep)))
+            with m.If(i_last):
+                m.d.sync += [beat.eq(0), beat_sat.eq(0)]
+            with m.Elif(~beat_sat):
+                m.d.sync += [beat.eq(beat + 1), beat_sat.eq(beat == max_beats - 1)]
+        # at_lim: beat == max_frame // 8 (registered when the previous beat is taken)
+        lim_b, lim_r = self._max_frame // 8, self._max_frame % 8
+        at_lim = Signal()
+        with m.If(fire):
+            m.d.sync += at_lim.eq(~i_last & ~beat_sat & (beat == lim_b - 1))
 
         port_r = _data(3)                        # plane of the current frame
         port_bad = _data()
         if shared:
             with m.If(fire & first):
-                m.d.sync += [port_r.eq(Mux(self.s_port < planes, self.s_port, planes - 1)),
-                             port_bad.eq(self.s_port >= planes)]
+                m.d.sync += [port_r.eq(Mux(i_port < planes, i_port, planes - 1)),
+                             port_bad.eq(i_port >= planes)]
         else:
             m.d.comb += port_r.eq(self._port)
 
@@ -398,37 +439,48 @@ class RxParser(wiring.Component):
         rel = _data(range(max_beats + 1))
         pre = Signal()                     # SRH: rel counts down to b0 (from Hdr Ext Len - 1)
         hel_now = lane(7)                  # SRH Hdr Ext Len (byte 55) in beat 6
-        ar = Signal(6)                     # one-hot: ar[k] = l4 & (rel == k), k < 6
+        ar = Signal(8)                     # one-hot: ar[k] = l4 & (rel == k), k < 8
+        # registered rel decodes: ge6/ge7 (rel >= 6 / 7 while l4), rel_sat (rel == max_beats:
+        # it stops counting), at_pe (rel == PE, the last payload word a frame may write),
+        # pre_z (pre: rel == 0)
+        PE = HDR_SLOTS + MAX_PAYLOAD_WORDS - 2
+        ge6, ge7, rel_sat, at_pe, pre_z = Signal(), Signal(), Signal(), Signal(), Signal()
+        advance = l4 & ~rel_sat
+        l4_start = Signal()
         with m.If(fire):
-            m.d.sync += ar.eq(Mux(s.tlast, 0, Cat(Const(0, 1), ar[0:5])))
-            with m.If(s.tlast):
-                m.d.sync += [l4.eq(0), pre.eq(0)]
+            m.d.sync += ar.eq(Mux(i_last, 0, Cat(Const(0, 1), ar[0:7])))
+            with m.If(i_last):
+                m.d.sync += [l4.eq(0), pre.eq(0), ge6.eq(0), ge7.eq(0), at_pe.eq(0)]
             with m.Else():
-                with m.If(l4 & (rel != max_beats)):
-                    m.d.sync += [rel.eq(rel + 1), baddr.eq(baddr + 1)]
+                with m.If(advance):
+                    m.d.sync += [rel.eq(rel + 1), baddr.eq(baddr + 1),
+                                 rel_sat.eq(rel == max_beats - 1), at_pe.eq(rel == PE - 1),
+                                 ge6.eq(ge6 | ar[5]), ge7.eq(ge7 | ar[6])]
                 with m.If(bt[5] & ~has_srh):
-                    m.d.sync += [l4.eq(1), rel.eq(0), ar.eq(1)]
+                    m.d.comb += l4_start.eq(1)
                 with m.If(bt[6] & has_srh):
                     with m.If(hel_now == 0):
-                        m.d.sync += [l4.eq(1), rel.eq(0), ar.eq(1)]
+                        m.d.comb += l4_start.eq(1)
                     with m.Else():
-                        m.d.sync += [pre.eq(1), rel.eq(hel_now - 1)]
+                        m.d.sync += [pre.eq(1), rel.eq(hel_now - 1), pre_z.eq(hel_now == 1)]
                 with m.If(pre):
-                    with m.If(rel == 0):
-                        m.d.sync += [l4.eq(1), pre.eq(0), ar.eq(1)]
+                    with m.If(pre_z):
+                        m.d.comb += l4_start.eq(1)
                     with m.Else():
-                        m.d.sync += rel.eq(rel - 1)
+                        m.d.sync += [rel.eq(rel - 1), pre_z.eq(rel == 1)]
+                with m.If(l4_start):
+                    m.d.sync += [l4.eq(1), pre.eq(0), rel.eq(0), ar.eq(1), ge6.eq(0), ge7.eq(0),
+                                 rel_sat.eq(0), at_pe.eq(0)]
 
         def at_rel(k):
-            return ar[k] if k < len(ar) else l4 & (rel == k)
+            assert k < len(ar) or k == PE
+            return ar[k] if k < len(ar) else at_pe
 
-        # rel ranges as bit decodes (no carry chains in the tready path)
-        rel_hi0 = rel[3:] == 0
-        rel_lt7 = rel_hi0 & (rel[0:3] != 7)            # rel <= 6
-        rel_ge6 = ~rel_hi0 | (rel[1:3] == 3)           # rel >= 6
+        rel_lt7 = ~ge7                                 # rel <= 6 (l4)
+        rel_ge6 = ge6                                  # rel >= 6 (l4)
         pay_end = Signal()                 # past the last payload word a frame may write
         with m.If(fire):
-            m.d.sync += pay_end.eq(~s.tlast & (pay_end | at_rel(HDR_SLOTS + MAX_PAYLOAD_WORDS - 2)))
+            m.d.sync += pay_end.eq(~i_last & (pay_end | at_pe))
 
         # ---------------------------------------------------------------- field checks
         eth_bad, ver_bad, trim_r = _data(), _data(), _data()     # (eth_bad: frame >= 14 bytes)
@@ -436,7 +488,7 @@ class RxParser(wiring.Component):
             m.d.sync += eth_bad.eq(0)
         with m.If(fire & bt[1]):
             tc_hi, tc_lo = lane(6)[0:4], lane(7)[4:8]
-            m.d.sync += [eth_bad.eq((be(4, 5) != ETHERTYPE_IPV6) & (~s.tlast | (nl1 >= 5))),
+            m.d.sync += [eth_bad.eq((be(4, 5) != ETHERTYPE_IPV6) & (~i_last | (nl1 >= 5))),
                          ver_bad.eq(lane(6)[4:8] != 6),
                          trim_r.eq(Cat(tc_lo[2:4], tc_hi) == self.trim_dscp)]
         # plen: the IPv6 payload length (beat 2); from beat 7 on the UDP length + 5 (= SRH
@@ -457,15 +509,21 @@ class RxParser(wiring.Component):
 
         def da_eq(target, lanes, j0):
             return Cat(*[lane(ln) == da_byte(target, j0 + i) for i, ln in enumerate(lanes)]).all()
+        # the three beats' compares are registered (g*), then folded into da6 / dip
         da6, dip = _data(), _data()
-        with m.If(fire & bt[4]):
-            m.d.sync += [da6.eq(da_eq(da_srv6, [6, 7], 0)), dip.eq(da_eq(self.own_ip, [6, 7], 0))]
-        with m.If(fire & bt[5]):
-            m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(8), 2)),
-                         dip.eq(dip & da_eq(self.own_ip, range(8), 2))]
-        with m.If(fire & bt[6]):
-            m.d.sync += [da6.eq(da6 & da_eq(da_srv6, range(6), 10)),
-                         dip.eq(dip & da_eq(self.own_ip, range(6), 10))]
+        g4s, g4i, g5s, g5i, g6s, g6i = (_data() for _ in range(6))
+        da_p = Signal(3)                   # g* hold the compares of beat 4, 5, 6
+        m.d.sync += [g4s.eq(da_eq(da_srv6, [6, 7], 0)), g4i.eq(da_eq(self.own_ip, [6, 7], 0)),
+                     g5s.eq(da_eq(da_srv6, range(8), 2)), g5i.eq(da_eq(self.own_ip, range(8), 2)),
+                     g6s.eq(da_eq(da_srv6, range(6), 10)),
+                     g6i.eq(da_eq(self.own_ip, range(6), 10)),
+                     da_p.eq(Cat(fire & bt[4], fire & bt[5], fire & bt[6]))]
+        with m.If(da_p[0]):
+            m.d.sync += [da6.eq(g4s), dip.eq(g4i)]
+        with m.If(da_p[1]):
+            m.d.sync += [da6.eq(da6 & g5s), dip.eq(dip & g5i)]
+        with m.If(da_p[2]):
+            m.d.sync += [da6.eq(da6 & g6s), dip.eq(dip & g6i)]
 
         srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
         with m.If(fire & bt[6]):
@@ -503,36 +561,52 @@ class RxParser(wiring.Component):
             m.d.sync += [bth_bad.eq(bth_bad | (be(0, 1) != 0xFFFF)),
                          qp_hit.eq(Cat(*[qp_valid[i] & (qp_qpn[i] == dqpn) for i in range(qps)]))]
         qp_found = qp_hit.any()
-        qp_idx = Signal(3)
-        for i in reversed(range(qps)):
-            with m.If(qp_hit[i]):
-                m.d.comb += qp_idx.eq(i)
-        qmode = Signal(EvMode)
-        m.d.comb += qmode.eq(Array(q.as_value() for q in qp_mode)[qp_idx])
-        dmalen_hi0 = _data()               # dmalen[16:32] == 0
-        dmalen_bad = _data()               # the DMALEN check (ACK/PROBE at rel 2, DATA at rel 5)
+        qp_first = Signal(qps)             # one-hot: the lowest matching QP context
+        for i in range(qps):
+            m.d.comb += qp_first[i].eq(qp_hit[i] & ~qp_hit[:i].any() if i else qp_hit[0])
+        # the matching QP's index and UDP mode, registered (read with the verdict, which is at
+        # least two cycles after qp_hit is loaded)
+        qp_idx, qp_udp = _data(3), _data()
+        m.d.sync += [qp_idx.eq(Cat(*[Cat(*[qp_first[i] for i in range(qps) if i >> b & 1]).any()
+                                     for b in range(3)])),
+                     qp_udp.eq(Cat(*[qp_first[i] & (qp_mode[i] == EvMode.UDP)
+                                     for i in range(qps)]).any())]
+        # DMALEN: ACK/PROBE at rel 2 (dm_ap); DATA from registered parts of the rel 4 / rel 5
+        # fields (dm_*), combined at the verdict.  At rel 5 the record size assumes a good
+        # dmalen; the cycle after, a bad one shrinks it to the header record (a frame ending
+        # at rel 5 carries no payload: its record is the header record from the start).
+        dm_ap, dm_hi, dm_zero, dm_gt, dm_pad, dm_lo_ne, dm_hi_ne = (_data() for _ in range(7))
+        dm_pend = Signal()
         exp_dml = _data(17)                # DATA: the dmalen the frame length implies
         copy = _data()                     # DATA, not trimmed, dmalen good: payload follows
         rec_size = _data(10)               # words of the record if it is a candidate
         rec_size1 = _data(11)              # rec_size + 1
-        trimmed = is_data & trim_r
+        trimmed = _data()                  # DATA frame with the trim DSCP (from rel 2)
         l4_fixed = Cat(pad, has_imm, Const(0b101, 3))     # 8 + 12 + 16 (+ 4) + pad
         with m.If(fire & at_rel(2)):
-            m.d.sync += [dmalen_bad.eq((is_ack & (plen != 48 + 5)) | (is_probe & (plen != 36 + 5))),
+            m.d.sync += [dm_ap.eq((is_ack & (plen != 48 + 5)) | (is_probe & (plen != 36 + 5))),
+                         dm_hi.eq(0), dm_zero.eq(0), dm_gt.eq(0), dm_pad.eq(0),
+                         dm_lo_ne.eq(0), dm_hi_ne.eq(0), trimmed.eq(is_data & trim_r),
                          copy.eq(0), rec_size.eq(HDR_SLOTS + 1), rec_size1.eq(HDR_SLOTS + 2),
                          exp_dml.eq(udp_len - l4_fixed)]
-        with m.If(fire & at_rel(4)):
-            m.d.sync += dmalen_hi0.eq(be(6, 7) == 0)
+        with m.If(fire & at_rel(4) & is_data):
+            m.d.sync += dm_hi.eq(be(6, 7) != 0)
+        m.d.sync += dm_pend.eq(fire & at_rel(5) & is_data)
         with m.If(fire & at_rel(5) & is_data):
             dml = be(0, 1)                 # dmalen[0:16]
-            data_len_ok = dml == exp_dml
-            bad = (~dmalen_hi0 | (dml == 0) | (dml > MAX_DMALEN)
-                   | (pad != (-dml)[0:2]) | (~trimmed & ~data_len_ok))
-            m.d.sync += [dmalen_bad.eq(bad), copy.eq(~trimmed & ~bad),
-                         rec_size.eq(Mux(trimmed | bad, HDR_SLOTS + 1,
-                                         (dml[0:13] + 8 * HDR_SLOTS + 7) >> 3)),
-                         rec_size1.eq(Mux(trimmed | bad, HDR_SLOTS + 2,
+            short = trimmed | i_last
+            m.d.sync += [dm_zero.eq(dml == 0), dm_gt.eq(dml > MAX_DMALEN),
+                         dm_pad.eq(pad != (-dml)[0:2]),
+                         dm_lo_ne.eq(dml[0:8] != exp_dml[0:8]),
+                         dm_hi_ne.eq(Cat(dml[8:16] != exp_dml[8:16], exp_dml[16]).any()),
+                         copy.eq(~short),
+                         rec_size.eq(Mux(short, HDR_SLOTS + 1, (dml[0:13] + 8 * HDR_SLOTS + 7) >> 3)),
+                         rec_size1.eq(Mux(short, HDR_SLOTS + 2,
                                           (dml[0:13] + 8 * HDR_SLOTS + 15) >> 3))]
+        dmalen_bad = (dm_ap | dm_hi | dm_zero | dm_gt | dm_pad
+                      | (~trimmed & (dm_lo_ne | dm_hi_ne)))
+        with m.If(dm_pend & dmalen_bad):
+            m.d.sync += [copy.eq(0), rec_size.eq(HDR_SLOTS + 1), rec_size1.eq(HDR_SLOTS + 2)]
 
         # ---------------------------------------------------------------- ICRC (running CRC-32)
         # The ICRC view of the frame (wire.icrc_view) from byte 6 on, ICRC bytes included,
@@ -540,32 +614,30 @@ class RxParser(wiring.Component):
         # fill bytes.  Mask selects are registered one beat ahead.
         mk_b1, mk_b2, mk_r1, mk_r2 = _data(), _data(), _data(), _data()
         with m.If(fire):
-            m.d.sync += [mk_b1.eq(first & ~s.tlast), mk_b2.eq(mk_b1 & ~s.tlast),
-                         mk_r1.eq(at_rel(0) & ~s.tlast), mk_r2.eq(mk_r1 & ~s.tlast)]
+            m.d.sync += [mk_b1.eq(first & ~i_last), mk_b2.eq(mk_b1 & ~i_last),
+                         mk_r1.eq(at_rel(0) & ~i_last), mk_r2.eq(mk_r1 & ~i_last)]
         mask = (Mux(mk_b1, Const(0xFF0FFFFFFFFFFFFF, 64), 0)        # bytes 8..13, TC, FL
                 | Mux(mk_b2, Const(0x0000FF000000FFFF, 64), 0)      # FL, hop limit
                 | Mux(mk_r1, Const(0x0000FFFF00000000, 64), 0)      # UDP checksum
                 | Mux(mk_r2, Const(0x0000000000FF0000, 64), 0))     # BTH byte 4
-        keep_bits = Cat(*[s.tkeep[i].replicate(8) for i in range(8)])
         crc = _data(32)
         with m.If(fire):
             m.d.sync += crc.eq(Mux(first, _CRC_AFTER_BEAT0,
-                                   crc32_update(crc, (td | mask) & keep_bits, 8)))
+                                   crc32_update(crc, td | mask, 8)))
 
         # ---------------------------------------------------------------- frame end (stage E)
         # Length-dependent checks at the last beat; every other check one cycle later from
         # the field registers (the next frame cannot change them before its beat 1).
         # frame longer than max_frame: beats past index B, or beat B with more than r bytes
-        lim_b, lim_r = self._max_frame // 8, self._max_frame % 8
         past_lim = Signal()
         with m.If(fire):
-            m.d.sync += past_lim.eq(~s.tlast & (past_lim | (beat == lim_b)))
-        too_long = past_lim | ((beat == lim_b) & (nl1 >= lim_r))
+            m.d.sync += past_lim.eq(~i_last & (past_lim | at_lim))
+        too_long = past_lim | (at_lim & (nl1 >= lim_r))
         ef_framing, ef_runt, ef_len = _data(), _data(), _data()
         v_valid = Signal()
         ext = Mux(is_data, Mux(has_imm, 20, 16), Mux(is_ack, 24, Mux(is_probe, 12, 0)))
         runt_l4 = ~l4 | (rel_lt7 & (Cat(nl1, rel[0:3]) + 1 < 30 + ext))
-        with m.If(fire & s.tlast):
+        with m.If(fire & i_last):
             m.d.sync += [
                 ef_framing.eq(bad_keep | beat_bad | too_long | port_bad),
                 ef_runt.eq(runt_l4),
@@ -580,7 +652,8 @@ class RxParser(wiring.Component):
         for reason, expr in {
             R.NEXT_HEADER: ~(nh_udp | (has_srh & srh_type_ok & srh_nh_udp)),
             R.SRH: has_srh & srh_bad,
-            R.DA: ~(da6 | dip) | (qp_found & Mux(qmode == EvMode.SRV6, ~da6, ~dip)),
+            R.DA: ~(da6 | dip) | Cat(*[qp_first[i] & Mux(qp_mode[i] == EvMode.SRV6, ~da6, ~dip)
+                                       for i in range(qps)]).any(),
             R.UDP_PORT: dport_bad,
             R.UDP_LENGTH: ulen_bad,
             R.OPCODE: ~(is_data | is_ack | is_probe),
@@ -588,12 +661,13 @@ class RxParser(wiring.Component):
             R.QPN: ~qp_found,
         }.items():
             m.d.comb += hdr_flags[reason - R.NEXT_HEADER].eq(expr)
+        # (registered every cycle: a frame that is not a RUNT ends at rel 3 or later, and its
+        # verdict, at least one cycle after its last beat, sees every field it needs)
         hdr_bad, hdr_reason = _data(), _data(4)
-        with m.If(fire & at_rel(3)):
-            m.d.sync += hdr_bad.eq(hdr_flags.any())
-            for i in reversed(range(len(hdr_flags))):
-                with m.If(hdr_flags[i]):
-                    m.d.sync += hdr_reason.eq(R.NEXT_HEADER + i)
+        m.d.sync += hdr_bad.eq(hdr_flags.any())
+        for i in reversed(range(len(hdr_flags))):
+            with m.If(hdr_flags[i]):
+                m.d.sync += hdr_reason.eq(R.NEXT_HEADER + i)
         early_reason = Signal(4)
         early = [(ef_framing, R.FRAMING), (eth_bad, R.ETHERTYPE), (ef_runt, R.RUNT),
                  (ver_bad, R.VERSION), (ef_len, R.IPV6_LENGTH)]
@@ -603,14 +677,21 @@ class RxParser(wiring.Component):
                 m.d.comb += early_reason.eq(reason)
         cand = ~(ef_framing | eth_bad | ef_runt | ver_bad | ef_len | hdr_bad)
         # zero bytes after the ICRC in the last beat: -(IPv6 payload length + 54) mod 8
+        # (the expected value registered every cycle: plen is final from beat 7 on)
         fill = ~plen[0:3]
-        icrc_bad = ~trimmed & (crc32_final(crc) != Array(Const(c, 32) for c in _ICRC_PADDED)[fill])
+        exp_crc = _data(32)
+        m.d.sync += exp_crc.eq(Array(Const(c, 32) for c in _ICRC_PADDED)[fill])
+        # ICRC verdict, registered every cycle (crc and exp_crc hold until the verdict is
+        # written: the next frame's first beat is taken at the earliest with it), and patched
+        # into the meta word on its way into the buffer (wr_meta), one cycle after the rest
+        icrc_bad = _data()
+        m.d.sync += icrc_bad.eq(~trimmed & (crc32_final(crc) != exp_crc))
         meta = Signal(_Meta)
         m.d.comb += [
             meta.cand.eq(cand), meta.reason.eq(early_reason), meta.port.eq(port_r),
             meta.size.eq(Mux(cand, rec_size, 1)),
-            meta.dmalen_bad.eq(dmalen_bad), meta.icrc_bad.eq(icrc_bad),
-            meta.trimmed.eq(trimmed), meta.udp.eq(qmode == EvMode.UDP), meta.copy.eq(copy),
+            meta.dmalen_bad.eq(dmalen_bad), meta.icrc_bad.eq(0),
+            meta.trimmed.eq(trimmed), meta.udp.eq(qp_udp), meta.copy.eq(copy),
             meta.opcode.eq(opcode), meta.qp.eq(qp_idx),
         ]
         # The word at commit_ptr is free unless the buffer is full: commit_ptr - rd_lim =
@@ -620,9 +701,10 @@ class RxParser(wiring.Component):
         v_do = v_valid & ~full
         c_used = Signal(abits + 1)
         m.d.comb += c_used.eq(commit_ptr - rd_lim_r)
-        m.d.sync += full.eq(v_do | c_used[abits])
-        # (a frame's first beat waits while the previous verdict cannot be written)
-        m.d.sync += v_valid.eq((fire & s.tlast) | (v_valid & full))
+        full_next, v_valid_next = Signal(), Signal()
+        m.d.comb += [full_next.eq(v_do | c_used[abits]),
+                     v_valid_next.eq((fire & i_last) | (v_valid & full))]
+        m.d.sync += [full.eq(full_next), v_valid.eq(v_valid_next)]
         commit_cand = Signal(abits + 1)
         commit_drop = Signal(abits + 1)
         m.d.comb += [commit_cand.eq(commit_ptr + rec_size), commit_drop.eq(commit_ptr + 1)]
@@ -640,25 +722,28 @@ class RxParser(wiring.Component):
             m.d.sync += prev.eq(td[16:64])
         # beat_wr: this beat writes a buffer word (beat 2, rel 1..6, DATA payload words up to
         # pay_end), registered when the previous beat is taken
-        beat_wr = Signal()
-        rel_le5 = rel_hi0 & ~(rel[1] & rel[2])
-        with m.If(fire):
-            m.d.sync += beat_wr.eq(~s.tlast & (bt[1] | (l4 & (rel_le5 | (
-                is_data & ~pay_end & ~(rel == HDR_SLOTS + MAX_PAYLOAD_WORDS - 2))))))
+        beat_wr, beat_wr_next = Signal(), Signal()
+        m.d.comb += beat_wr_next.eq(Mux(fire, ~i_last & (bt[1] | (l4 & (~ge6 | (
+            is_data & ~pay_end & ~at_pe)))), beat_wr))
+        m.d.sync += beat_wr.eq(beat_wr_next)
         shift2 = l4 & is_data & ~has_imm & rel_ge6
-        # Registered space check for the word after this beat's (baddr + 1 <= rd_lim +
-        # depth - 1): the next write address is at most baddr + 1 (baddr jumps only when a
-        # record is committed, before the next frame's first beat, two beats before its
-        # first write).
-        space_ok = _data()
+        # Space check, one cycle ahead, for the word after this beat's (baddr + 1 <= rd_lim +
+        # depth - 1; ahead negative: no space): the next write address is at most baddr + 1
+        # (baddr jumps only when a record is committed, before the next frame's first beat,
+        # two beats before its first write).
         ahead = Signal(abits + 1)
         m.d.comb += ahead.eq(lim2 - baddr)
-        m.d.sync += space_ok.eq(~ahead[abits])
         # (no beat is written while v_valid: the next frame is at its beat 0 at most)
-        m.d.sync += [wr_en.eq(v_do | (fire & beat_wr)), wr_addr.eq(Mux(v_valid, commit_ptr, baddr)),
+        m.d.comb += wr_patch[icrc_pos].eq(wr_meta & icrc_bad)
+        m.d.sync += [wr_meta.eq(v_do), wr_en.eq(v_do | (fire & beat_wr)), wr_addr.eq(Mux(v_valid, commit_ptr, baddr)),
                      wr_data.eq(Mux(v_valid, meta.as_value(),
                                     Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48]))))]
-        m.d.comb += tready.eq(~(beat_wr & ~space_ok) & ~(first & v_valid & full))
+        # The parser stalls (stall, registered from the next values of its terms) while the
+        # beat would write a word that is not free, and while the previous frame's verdict
+        # cannot be written (v_valid: the beat is the next frame's first).
+        stall = Signal()
+        m.d.sync += stall.eq((beat_wr_next & ahead[abits]) | (v_valid_next & full_next))
+        m.d.comb += tready.eq(~stall)
 
         # ================================================================ counters
         n_drop = planes * N_REASONS
@@ -790,6 +875,7 @@ class RxParser(wiring.Component):
                                      rd_ptr + HDR_SLOTS + 1)),
                      pay_first.eq(rd_ptr + HDR_SLOTS), pay_words.eq((o_len + 7) >> 3)]
         decide = max(8, regions + 6)       # hs of the verdict
+        hsel = Signal(decide + 1)          # one-hot HEAD step: hsel[k] = (st == HEAD) & (hs == k)
         # HEAD reads rd_ptr + slots[hs + 1], registered a cycle ahead (rd_ptr does not move
         # in HEAD before its last step)
         head_addr = _data(abits + 1)
@@ -848,75 +934,77 @@ class RxParser(wiring.Component):
                 # word to leave the block RAM's output: adv keeps rdw moving through HEAD;
                 # has_rec is exact from the second IDLE cycle on)
                 with m.If(settled & has_rec & adv & ~p1_valid & ~clr_busy & ~o_valid):
-                    m.d.sync += [st.eq(HEAD), hs.eq(0)]
+                    m.d.sync += [st.eq(HEAD), hs.eq(0), hsel.eq(1)]
             with m.Case(HEAD):
                 m.d.comb += rd_addr.eq(head_addr)
                 m.d.sync += hs.eq(hs + 1)
-                with m.Switch(hs):
-                    with m.Case(1):        # meta
-                        m.d.sync += [o_port.eq(mv.port), o_qp.eq(mv.qp),
-                                     o_opcode.eq(mv.opcode), o_trim.eq(mv.trimmed),
-                                     o_addr.eq(0), found.eq(0),
-                                     r_dmalen_bad.eq(mv.dmalen_bad),
-                                     r_icrc_bad.eq(mv.icrc_bad), r_udp.eq(mv.udp),
-                                     r_copy.eq(mv.copy),
-                                     r_data.eq((mv.opcode == OP_WRITE_ONLY)
-                                               | (mv.opcode == OP_WRITE_ONLY_IMM)),
-                                     r_imm.eq(mv.opcode == OP_WRITE_ONLY_IMM),
-                                     r_ack.eq(mv.opcode == OP_ACK),
-                                     r_probe.eq(mv.opcode == OP_PROBE)]
-                        with m.If(~mv.cand):                  # a drop record: count it
-                            m.d.comb += [ev_en.eq(1), ev_idx.eq(
-                                Cat(mv.reason, mv.port) if shared else mv.reason)]
-                            m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE)]
-                    with m.Case(2):        # x16..23
-                        m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3)),
-                                     o_va[32:64].eq(Mux(r_data, rbe(4, 5, 6, 7), 0)),
-                                     a_syn.eq(Mux(r_ack, rlane(4), 0)),
-                                     a_msn.eq(Mux(r_ack, rbe(5, 6, 7), 0))]
-                    with m.Case(3):        # x24..31 (rkey kept in ack.flags/base_psn)
-                        m.d.sync += [o_va[0:32].eq(Mux(r_data, rbe(0, 1, 2, 3), 0)),
-                                     a_ev.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0)),
-                                     o_pid.eq(Mux(r_probe, rbe(2, 3), 0)),
-                                     o_ts.eq(Mux(r_probe, rbe(4, 5, 6, 7), 0)),
-                                     a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
-                    with m.Case(4):        # x32..39 (dmalen kept in ack.bitmap)
-                        m.d.sync += [o_len.eq(Mux(r_data, rbe(0, 1, 2, 3)[0:13], 0)),
-                                     o_imm.eq(Mux(r_imm, rbe(4, 5, 6, 7), 0)),
-                                     a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))]
-                    with m.Case(5):        # x0..7: UDP source port
-                        sport = rbe(0, 1)
-                        with m.If(r_udp):
-                            m.d.sync += o_ev.eq(sport[0:14])
-                        with m.Else():
-                            m.d.sync += o_ev[20:32].eq(sport[0:12])
-                    with m.Case(6):        # bytes 14..21: ECN, flow label
-                        m.d.sync += o_ecn.eq(rlane(1)[4:6])
-                        with m.If(~r_udp):
-                            m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
-                    with m.Case(7):        # x40..47
-                        m.d.sync += a_ts.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0))
-                    with m.Case(decide):
-                        rkey_bad = r_data & ~found
-                        accept = ~rkey_bad & ~r_dmalen_bad & ~r_icrc_bad
-                        late = Mux(rkey_bad, R.RKEY, Mux(r_dmalen_bad, R.DMALEN, R.ICRC))
-                        m.d.comb += [ev_en.eq(1), ev_idx.eq(Mux(
-                            accept, n_drop + Cat(o_opcode[7], o_opcode[4]),
-                            Cat(late, o_port) if shared else late))]
-                        with m.If(accept):
-                            m.d.sync += o_valid.eq(1)
-                            with m.If(~r_ack):
-                                m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
-                        with m.If(accept & r_copy):
-                            m.d.sync += [st.eq(PAY), pay_addr.eq(pay_first),
-                                         pay_left.eq(pay_words)]
-                        with m.Else():
-                            m.d.sync += [st.eq(IDLE),
-                                         rd_ptr.eq(rec_next)]
+                m.d.sync += hsel.eq(hsel << 1)
             with m.Case(PAY):
                 m.d.comb += [rd_addr.eq(pay_addr), issue.eq(adv)]
                 with m.If(issue):
                     m.d.sync += [pay_addr.eq(pay_addr + 1), pay_left.eq(pay_left - 1)]
                     with m.If(pay_last):
                         m.d.sync += [st.eq(IDLE), rd_ptr.eq(pay_addr + 1)]
+        # HEAD steps (hsel: one-hot, registered: hsel[k] = HEAD & hs == k)
+        with m.If(hsel[1]):        # meta
+            m.d.sync += [o_port.eq(mv.port), o_qp.eq(mv.qp),
+                         o_opcode.eq(mv.opcode), o_trim.eq(mv.trimmed),
+                         o_addr.eq(0), found.eq(0),
+                         r_dmalen_bad.eq(mv.dmalen_bad),
+                         r_icrc_bad.eq(mv.icrc_bad), r_udp.eq(mv.udp),
+                         r_copy.eq(mv.copy),
+                         r_data.eq((mv.opcode == OP_WRITE_ONLY)
+                                   | (mv.opcode == OP_WRITE_ONLY_IMM)),
+                         r_imm.eq(mv.opcode == OP_WRITE_ONLY_IMM),
+                         r_ack.eq(mv.opcode == OP_ACK),
+                         r_probe.eq(mv.opcode == OP_PROBE)]
+            with m.If(~mv.cand):                  # a drop record: count it
+                m.d.comb += [ev_en.eq(1), ev_idx.eq(
+                    Cat(mv.reason, mv.port) if shared else mv.reason)]
+                m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE), hsel.eq(0)]
+        with m.Elif(hsel[2]):        # x16..23
+            m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3)),
+                         o_va[32:64].eq(Mux(r_data, rbe(4, 5, 6, 7), 0)),
+                         a_syn.eq(Mux(r_ack, rlane(4), 0)),
+                         a_msn.eq(Mux(r_ack, rbe(5, 6, 7), 0))]
+        with m.Elif(hsel[3]):        # x24..31 (rkey kept in ack.flags/base_psn)
+            m.d.sync += [o_va[0:32].eq(Mux(r_data, rbe(0, 1, 2, 3), 0)),
+                         a_ev.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0)),
+                         o_pid.eq(Mux(r_probe, rbe(2, 3), 0)),
+                         o_ts.eq(Mux(r_probe, rbe(4, 5, 6, 7), 0)),
+                         a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
+        with m.Elif(hsel[4]):        # x32..39 (dmalen kept in ack.bitmap)
+            m.d.sync += [o_len.eq(Mux(r_data, rbe(0, 1, 2, 3)[0:13], 0)),
+                         o_imm.eq(Mux(r_imm, rbe(4, 5, 6, 7), 0)),
+                         a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))]
+        with m.Elif(hsel[5]):        # x0..7: UDP source port
+            sport = rbe(0, 1)
+            with m.If(r_udp):
+                m.d.sync += o_ev.eq(sport[0:14])
+            with m.Else():
+                m.d.sync += o_ev[20:32].eq(sport[0:12])
+        with m.Elif(hsel[6]):        # bytes 14..21: ECN, flow label
+            m.d.sync += o_ecn.eq(rlane(1)[4:6])
+            with m.If(~r_udp):
+                m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
+        with m.Elif(hsel[7]):        # x40..47
+            m.d.sync += a_ts.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0))
+        with m.Elif(hsel[decide]):
+            m.d.sync += hsel.eq(0)
+            rkey_bad = r_data & ~found
+            accept = ~rkey_bad & ~r_dmalen_bad & ~r_icrc_bad
+            late = Mux(rkey_bad, R.RKEY, Mux(r_dmalen_bad, R.DMALEN, R.ICRC))
+            m.d.comb += [ev_en.eq(1), ev_idx.eq(Mux(
+                accept, n_drop + Cat(o_opcode[7], o_opcode[4]),
+                Cat(late, o_port) if shared else late))]
+            with m.If(accept):
+                m.d.sync += o_valid.eq(1)
+                with m.If(~r_ack):
+                    m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
+            with m.If(accept & r_copy):
+                m.d.sync += [st.eq(PAY), pay_addr.eq(pay_first),
+                             pay_left.eq(pay_words)]
+            with m.Else():
+                m.d.sync += [st.eq(IDLE),
+                             rd_ptr.eq(rec_next)]
         return m
