@@ -101,8 +101,9 @@ class SackTracker(wiring.Component):
     Attributes
     ----------
     pkt : In(stream.Signature(RxPacket))
-        Validated frames (kinds DATA, PROBE).  ``ready`` is high only when the
-        tracker is idle (backpressure while a packet is being processed).
+        Validated frames (kinds DATA, PROBE), through a one-packet input register:
+        ``ready`` is high while that register is empty and no slide / ACK / bitmap
+        clear is in progress (registered, no combinational path from any input).
     place : Out(stream.Signature(PlaceCmd))
         Exactly one per non-trimmed DATA packet, in arrival order.
     ack : Out(stream.Signature(AckRequest))
@@ -120,27 +121,34 @@ class SackTracker(wiring.Component):
     accepted, duplicates, out_of_window, completions, acks, nacks : Out(32)
         Event counters (wrap around).
 
-    Latency and throughput: a packet is taken when the tracker is idle or in
-    the cycle it finishes the previous one; it is classified in the next cycle
-    (PSN offset, window, bitmap bit and count compare registered) and acted on
-    in the one after, which registers its PlaceCmd.  One QP is worked on at a
-    time, so the per-QP arithmetic (PSN offset, ePSN +/- 1, MSN + 1) exists
-    once.  A packet that triggers no ACK and slides ``ePSN`` by at most one
-    (or not at all) takes 2 cycles, unless ePSN reaches the end of a 16-PSN
-    word (+2); the last PSN of a message arriving in order +3; each extra PSN
-    passed by the slide +1; an ACK, NACK or probe reply +5 (its 64-bit bitmap
-    is read 16 bits per cycle from the bitmap memory into the output
-    register).  Measured: 2.66 cycles per packet in order with ``ack_every`` =
-    8, 2.81 for a shuffled 64-packet message; the board's datapath has at
-    least 8 cycles per packet.  A timer ACK is started 5 cycles before its
-    timer expires, so it leaves about ``T`` cycles after arming.  A
-    completion leaves 2 cycles after ePSN passes its PSN (its immediate data
-    comes from the block RAM's output register).  ``pkt.ready`` is low while
-    busy, while a QP's bitmap is cleared and while a timer ACK is being
-    built.  Output streams are registered; the tracker stalls (never drops)
+    Latency and throughput: a packet is first registered in an input register
+    (``pkt.ready`` is that register's emptiness, low as well while a slide, an
+    ACK or a bitmap clear is in progress: a flip-flop and one LUT, never a
+    sink's ready).  It is taken from there when the tracker is idle or in the
+    cycle it finishes the previous one; it is classified in the next cycle
+    (window, ePSN, bitmap bits and count compare registered) and acted on in
+    the one after, which registers its PlaceCmd.  One QP is worked on at a
+    time, so the per-QP arithmetic (PSN compare, ePSN +/- 1, MSN + 1) exists
+    once; ``e1`` = ePSN + 1 of that QP is a register.  The slide works on a
+    registered copy of ePSN's bitmap word (received bits, last-of-message bits,
+    a one-hot position and the bits at and after ePSN, all flip-flops), so a
+    slide step is decided from flip-flops.  A packet that triggers no ACK and
+    slides ``ePSN`` by at most one (or not at all) takes 2 cycles, +2 when ePSN
+    crosses into the next 16-PSN word (it is loaded from the bitmap memory);
+    the last PSN of a message arriving in order +3; each extra PSN passed by
+    the slide +1; an ACK, NACK or probe reply +5 (its 64-bit bitmap is read 16
+    bits per cycle from the bitmap memory into the output register).
+    Measured: 2.66 cycles per packet in order with ``ack_every`` = 8, 2.80 for
+    a shuffled 64-packet message; the board's datapath has at least 8 cycles
+    per packet.  A timer ACK is started 5 cycles before its timer expires, so
+    it leaves about ``T`` cycles after arming.  A completion leaves 2 cycles
+    after ePSN passes its PSN (its immediate data comes from the block RAM's
+    output register; the RAM is written one cycle after the decision).  An
+    output register is refilled at the earliest the cycle after it was taken
+    (its "free" is its valid flip-flop); the tracker stalls (never drops)
     while an output is full.  The bitmap (received and last-of-message bits,
-    16 PSNs a word) is read-modify-written with the word written in a cycle
-    forwarded to a read of the same word in that cycle.
+    16 PSNs a word) is distributed RAM read through a registered address, so
+    a word written at a clock edge is read back in the next cycle.
     """
 
     def __init__(self, qps: int = 8, window: int = 256):
@@ -199,9 +207,11 @@ class SackTracker(wiring.Component):
 
         # ---- memories: bitmap words and per-PSN message flags -------------
         # Bitmap words: bits 0..15 received, bits 16..31 last-of-message (valid where received).
+        # Distributed RAM read asynchronously through a registered address (rd_addr): a word
+        # written at a clock edge is read back in the next cycle, no forwarding needed.
         m.submodules.bitmap = bitmap = memory.Memory(shape=2 * _W, depth=qps * nwords, init=[])
         bm_w = bitmap.write_port()
-        bm_r = bitmap.read_port()       # (not transparent: explicit forwarding below)
+        bm_r = bitmap.read_port(domain="comb")
         # Immediate data per PSN slot (block RAM).  A slot is never read for use in the cycle
         # it is written, so no read/write collision logic.  It is always addressed by PSN e of
         # QP q (registers) and its read data is registered right away (the EBR output
@@ -223,28 +233,23 @@ class SackTracker(wiring.Component):
             return (Const(1, _W) << psn[:_WLOG])[:_W]
 
         rd_qp = Signal(3)
-        rd_lo = Signal(wbits)           # PSN (low bits) whose word / flags slot is read
-        m.d.comb += [
-            rd_qp.eq(q),
-            bm_r.addr.eq(word_addr(rd_qp, rd_lo)),
-        ]
-        # A word written in the cycle it is addressed for reading is forwarded from registers
-        # (the hit is decided before the clock edge), so the read data is used through one mux.
-        fwd_hit = Signal()
-        fwd_data = Signal(2 * _W, reset_less=True)
-        m.d.sync += [fwd_hit.eq(bm_w.en & (bm_w.addr == bm_r.addr)), fwd_data.eq(bm_w.data)]
-        bm_word = Signal(2 * _W)
-        m.d.comb += bm_word.eq(Mux(fwd_hit, fwd_data, bm_r.data))
-        word = bm_word[:_W]             # bitmap word of the PSN presented last cycle
-        last_w = bm_word[_W:]           # ... and its last-of-message flags
+        rd_lo = Signal(wbits)           # PSN (low bits) whose word is read in the next cycle
+        rd_addr = Signal(len(bm_r.addr))
+        m.d.comb += rd_qp.eq(q)
+        m.d.sync += rd_addr.eq(word_addr(rd_qp, rd_lo))
+        m.d.comb += bm_r.addr.eq(rd_addr)
+        word = bm_r.data[:_W]           # bitmap word of the PSN presented last cycle
+        last_w = bm_r.data[_W:]         # ... and its last-of-message flags
         flag_q = Signal(flag_layout, reset_less=True)
         m.d.sync += flag_q.eq(fl_r.data)
 
         # ---- control strobes (set by the FSM) and the registers they load ----
-        take = Signal()                 # a packet is taken: cur, q
-        e_we = Signal()                 # ePSN of q <- e + 1
+        take = Signal()                 # a packet is taken from nxt: cur, q
+        e_we = Signal()                 # ePSN of q <- e + 1 (= e1)
+        step = Signal()                 # the slide passes PSN e (e_we; cw/pos/b0/l0 move on)
         cpl_we = Signal()               # completion of PSN e (flags from memory)
         place_we = Signal()
+        fl_we = Signal()                # flags of cur.psn written (one cycle later)
         ack_we = Signal()               # the ACK being built is complete
         seen_we = Signal()              # data packet new or duplicate: last EV/port of q
         new_we = Signal()               # new data packet: count it, arm the timer
@@ -261,13 +266,33 @@ class SackTracker(wiring.Component):
         for port in (self.place, self.ack, self.cpl):
             with m.If(port.ready):
                 m.d.sync += port.valid.eq(0)
-        place_free = ~self.place.valid | self.place.ready
+        # "Free" outputs are decided from registers only (never from a sink's ready): a
+        # register is refilled at the earliest the cycle after it was taken.
+        place_free = ~self.place.valid
         cpl_wait = Signal()             # a completion waits for its immediate data
         cpl_fill = Signal()             # a completion's immediate data arrives from flag_q
-        cpl_free = (~self.cpl.valid | self.cpl.ready) & ~cpl_wait & ~cpl_fill
+        cpl_free = ~self.cpl.valid & ~cpl_wait & ~cpl_fill
+
+        # ---- input register: pkt.ready from a flip-flop --------------------
+        nxt = Signal(RxPacket, reset_less=True)
+        nxt_valid = Signal()
+        slow = Signal()                 # a slide, an ACK or a bitmap clear is in progress
+        m.d.comb += self.pkt.ready.eq(~nxt_valid & ~slow)
+        # Loaded on the handshake only: a packet presented while ``slow`` (ready low) is
+        # not taken, so loading it then would take it twice (once more when ready rises).
+        # (take = take_ok & nxt_valid: full, the register empties when taken; empty, it fills
+        # on the handshake.)
+        take_ok = Signal()              # the FSM takes the waiting packet, if any
+        with m.If(nxt_valid):
+            m.d.sync += nxt_valid.eq(~take_ok)
+        with m.Else():
+            m.d.sync += nxt_valid.eq(self.pkt.valid & ~slow)
+        with m.If(self.pkt.ready):
+            m.d.sync += nxt.eq(self.pkt.payload)
 
         # ---- packet / ACK context registers -------------------------------
         cur = Signal(RxPacket, reset_less=True)
+        cur_hm1 = Signal(24 - wbits, reset_less=True)   # PSN bits [wbits, 24) of cur, minus 1
         ack_need = Signal()
         ack_probe = Signal()            # the ACK being built is a probe reply
         ack_nack = Signal()             # ... a trim NACK
@@ -278,17 +303,20 @@ class SackTracker(wiring.Component):
         prev = Signal(_W, reset_less=True)
 
         with m.If(take):
-            m.d.sync += [cur.eq(self.pkt.payload), q.eq(self.pkt.payload.qp), ack_timer.eq(0)]
+            m.d.sync += [cur.eq(nxt), q.eq(nxt.qp), ack_timer.eq(0),
+                         cur_hm1.eq(nxt.psn[wbits:] - 1)]
 
-        # One QP's arithmetic, shared by every state: e = ePSN of QP q.
+        # One QP's arithmetic, shared by every state: e = ePSN of QP q, e1 = e + 1 (register:
+        # loaded in CLASS, stepped with every slide).
         e = sel(epsn)
-        e_dec = Signal()                # e_pm = e - 1 (ACK) / e + 1 (slide)
+        e1 = Signal(24, reset_less=True)    # (in ACK: e - 1, the cumulative ACK PSN)
+        e_load = Signal()               # e1 <- e +/- 1
+        e_dec = Signal()
         e_pm = Signal(24)
-        m.d.comb += e_pm.eq(e + Cat(Const(1, 1), e_dec.replicate(23)))
-        off = Signal(24)
-        m.d.comb += off.eq(cur.psn - e)
+        m.d.comb += e_pm.eq(Mux(e_load, e, e1) + Cat(Const(1, 1), e_dec.replicate(23)))
+        with m.If(e_load | step):
+            m.d.sync += e1.eq(e_pm)
         qp_ok = Signal()
-        m.d.comb += qp_ok.eq((q < qps) & sel(qvalid))
         # Classification of the packet in ``cur``, computed in CLASS from registers and
         # registered for CHECK (ePSN, the count and the word do not change in between).
         in_win = Signal()
@@ -296,7 +324,7 @@ class SackTracker(wiring.Component):
         bit_cur = Signal()
         at_e = Signal()
         cnt_hit = Signal()              # the count of new packets reaches ack_every
-        next_set = Signal()             # the PSN after cur.psn is set (or cur.psn ends its word)
+        next_set = Signal()             # the PSN after cur.psn is set (in cur.psn's word)
         is_new = Signal()
         is_dup = Signal()
         m.d.comb += [
@@ -305,22 +333,44 @@ class SackTracker(wiring.Component):
         ]
         n_unacked = Signal(9)
         m.d.comb += n_unacked.eq(sel(unacked) + 1)
-        bit_e = word.bit_select(e[:_WLOG], 1)
-        last_e = last_w.bit_select(e[:_WLOG], 1)
         m.d.comb += fl_r.addr.eq(slot_addr(q, e))     # flags of PSN e in flag_q 2 cycles later
         msn_q = sel(msn)
         msn_inc = Signal(24)
         m.d.comb += msn_inc.eq(msn_q + 1)
+        # ack_every - 1 (registered input): the count reaches N when unacked >= N - 1.
+        every_m1 = Signal(8)
+        every_0 = Signal()
+        m.d.sync += [every_m1.eq(self.ack_every - 1), every_0.eq(self.ack_every == 0)]
+
+        # The slide works on a registered copy of ePSN's bitmap word: cw (received bits, the
+        # ones passed cleared), cl (last-of-message bits), pos (one-hot: e's bit), b0 / l0
+        # (e's received / last bit) and nb / nl (those of e + 1, from cw/cl).
+        cw = Signal(_W, reset_less=True)
+        cl = Signal(_W, reset_less=True)
+        pos = Signal(_W, reset_less=True)
+        b0 = Signal(reset_less=True)
+        l0 = Signal(reset_less=True)
+        pos_n = Signal(_W)
+        m.d.comb += pos_n.eq(pos << 1)
+        nb = (cw & pos_n).any()
+        nl = (cl & pos_n).any()
+        with m.If(step):
+            m.d.sync += [pos.eq(pos_n), b0.eq(nb), l0.eq(nl), cw.eq(cw & ~pos)]
+        wrap = pos[_W - 1]              # a step passes the last PSN of the word
 
         # ---- ACK coalescing timers: one free-running clock, a deadline per QP --
         now = Signal(16)
         m.d.sync += now.eq(now + 1)
         # The timer ACK is started _ACK_LEAD cycles early: it leaves T cycles after arming.
         t_lead = Signal(17)
-        m.d.comb += t_lead.eq(self.ack_timeout - _ACK_LEAD)
+        t_now = Signal()                # the timer expires at once
+        m.d.sync += [t_lead.eq(self.ack_timeout - _ACK_LEAD),
+                     t_now.eq(self.ack_timeout <= _ACK_LEAD)]
         dl_new = Signal(16)
         m.d.comb += dl_new.eq(now + t_lead[:16])
-        arm = new_we & ~sel(armed) & (self.ack_timeout != 0)
+        t_on = Signal()
+        m.d.sync += t_on.eq(self.ack_timeout != 0)
+        arm = new_we & ~sel(armed) & t_on
         timeout = Signal(qps)
         for i in range(qps):
             m.d.comb += timeout[i].eq(armed[i] & expired[i])
@@ -337,9 +387,8 @@ class SackTracker(wiring.Component):
                 m.d.comb += [clr_any.eq(1), clr_qp.eq(i)]
 
         def take_packet():
-            m.d.comb += [self.pkt.ready.eq(1), take.eq(self.pkt.valid),
-                         rd_qp.eq(self.pkt.payload.qp), rd_lo.eq(self.pkt.payload.psn)]
-            with m.If(self.pkt.valid):
+            m.d.comb += [take_ok.eq(1), take.eq(nxt_valid), rd_qp.eq(nxt.qp), rd_lo.eq(nxt.psn)]
+            with m.If(nxt_valid):
                 m.next = "CLASS"
 
         def finish():
@@ -369,14 +418,23 @@ class SackTracker(wiring.Component):
             with m.State("CLASS"):
                 # word = bitmap word of cur.psn (read when the packet was taken).
                 m.d.comb += rd_lo.eq(cur.psn)
+                lo_p, lo_e = cur.psn[:wbits], e[:wbits]
+                oh_cur = one_hot(cur.psn)
                 m.d.sync += [
-                    in_win.eq(off[wbits:] == 0),
-                    behind.eq(off[23]),
-                    at_e.eq(off == 0),
+                    # off = cur.psn - e < window: the high PSN bits equal e's, or e's + 1
+                    # when the low bits borrow.
+                    in_win.eq(Mux(lo_p < lo_e, cur_hm1 == e[wbits:], cur.psn[wbits:] == e[wbits:])),
+                    behind.eq((cur.psn - e)[23]),
+                    at_e.eq((cur.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)),
                     bit_cur.eq(word.bit_select(cur.psn[:_WLOG], 1)),
-                    next_set.eq(Cat(word[1:], Const(1, 1)).bit_select(cur.psn[:_WLOG], 1)),
-                    cnt_hit.eq(n_unacked >= self.ack_every),
+                    next_set.eq(Cat(word[1:], Const(0, 1)).bit_select(cur.psn[:_WLOG], 1)),
+                    cnt_hit.eq(every_0 | (sel(unacked) >= every_m1)),
+                    qp_ok.eq((q < qps) & sel(qvalid)),
+                    # the slide registers as if the packet were new at e
+                    cw.eq(word | oh_cur), cl.eq(Mux(cur.last, last_w | oh_cur, last_w & ~oh_cur)),
+                    pos.eq(oh_cur), b0.eq(1), l0.eq(cur.last),
                 ]
+                m.d.comb += e_load.eq(1)
                 m.next = "CHECK"
 
             with m.State("CHECK"):
@@ -401,24 +459,24 @@ class SackTracker(wiring.Component):
                             with m.If(cnt_hit):
                                 m.d.comb += trig.eq(1)
                             with m.If(at_e & ~cur.last):
-                                m.d.comb += e_we.eq(1)
+                                m.d.comb += [e_we.eq(1), step.eq(1)]   # passed at once
                             with m.Else():      # (the last PSN of a message completes in ADVANCE)
-                                m.d.comb += [bm_w.en.eq(1),
-                                             fl_w.en.eq(1)]
+                                m.d.comb += [bm_w.en.eq(1), fl_we.eq(1)]
                         with m.Elif(is_dup):
                             m.d.comb += [cnt["duplicates"].eq(1), trig.eq(1)]
                         with m.Else():
                             m.d.comb += cnt["out_of_window"].eq(1)
                         m.d.sync += ack_need.eq(trig | ce)
-                        # In order and the next PSN may be here already: slide.  (A PSN at
-                        # the end of its word always goes to ADVANCE, which reads the next.)
+                        # In order: slide on through the registered word (or the next word).
                         with m.If(is_new & at_e & cur.last):
-                            m.next = "REREAD"
+                            m.next = "SETTLE"
+                        with m.Elif(is_new & at_e & wrap):
+                            m.d.comb += rd_lo.eq(e1)
+                            m.next = "LOAD"
                         with m.Elif(is_new & at_e & next_set):
-                            m.d.comb += rd_lo.eq(e_pm)
                             m.next = "ADVANCE"
                         with m.Elif(trig | ce):
-                            start_ack(Mux(is_new & at_e, e_pm, e))
+                            start_ack(Mux(is_new & at_e, e1, e))
                         with m.Else():
                             finish()
                 with m.Elif((cur.kind == RxKind.PROBE) & qp_ok):
@@ -427,34 +485,38 @@ class SackTracker(wiring.Component):
                 with m.Else():
                     finish()
 
-            with m.State("REREAD"):
-                m.d.comb += rd_lo.eq(e)         # the word and flags just written
+            with m.State("SETTLE"):
+                m.next = "ADVANCE"
+
+            with m.State("LOAD"):
+                # word = bitmap word of e (its first PSN): load the slide registers.
+                m.d.sync += [cw.eq(word), cl.eq(last_w), pos.eq(1), b0.eq(word[0]),
+                             l0.eq(last_w[0])]
                 m.next = "ADVANCE"
 
             with m.State("ADVANCE"):
-                # word / flag_e are those of PSN e of QP q (read last cycle).
-                m.d.comb += rd_lo.eq(e)
-                with m.If(bit_e):
-                    with m.If(cpl_free | ~last_e):
-                        m.d.comb += [rd_lo.eq(e_pm),
-                                     bm_w.en.eq(1),
-                                     e_we.eq(1),
-                                     cpl_we.eq(last_e)]
-                        with m.If(last_e):
+                # b0 / l0: received / last bit of PSN e of QP q (registers).
+                with m.If(b0):
+                    with m.If(cpl_free | ~l0):
+                        m.d.comb += [bm_w.en.eq(1), e_we.eq(1), step.eq(1), cpl_we.eq(l0)]
+                        with m.If(l0):
                             m.d.sync += ack_need.eq(1)
+                        with m.If(wrap):
+                            m.d.comb += rd_lo.eq(e1)
+                            m.next = "LOAD"
                 with m.Elif(~ack_need):
-                    m.next = "IDLE"     # (not finish(): the next packet is taken from registers)
+                    finish()
                 with m.Else():
                     start_ack(e)
 
             with m.State("ACK"):
                 # Read bitmap words e>>4 .. e>>4 + 4 one per cycle (j = words already asked
                 # for) and shift each pair into 16 bitmap bits: bits e .. e+63.
-                m.d.comb += rd_lo.eq(e[:wbits] + (j << _WLOG))
+                m.d.comb += [rd_lo.eq(e[:wbits] + (j << _WLOG)), e_load.eq(1), e_dec.eq(1)]
                 with m.If((j != 0) | ~self.ack.valid):
                     m.d.sync += [j.eq(j + 1), prev.eq(word)]
                 with m.If(j == _ACK_READS):
-                    m.d.comb += [e_dec.eq(1), ack_we.eq(1)]
+                    m.d.comb += ack_we.eq(1)
                     finish()
 
             with m.State("CLEAR"):
@@ -464,19 +526,22 @@ class SackTracker(wiring.Component):
                     m.d.comb += clr_done.eq(1)
                     m.next = "IDLE"
 
+        m.d.comb += slow.eq(fsm.ongoing("ADVANCE") | fsm.ongoing("LOAD") | fsm.ongoing("ACK")
+                            | fsm.ongoing("SETTLE")
+                            | fsm.ongoing("CLEAR"))
+
         # Bitmap write address and data depend on the state only (the decision gates bm_w.en).
-        oh_cur, oh_e = Signal(_W), Signal(_W)
-        m.d.comb += [oh_cur.eq(one_hot(cur.psn)), oh_e.eq(one_hot(e))]
         with m.If(fsm.ongoing("CLEAR")):
             m.d.comb += [bm_w.addr.eq(Cat(clr_word[:wbits - _WLOG], q[:qbits])), bm_w.data.eq(0)]
         with m.Elif(fsm.ongoing("ADVANCE")):
             m.d.comb += [bm_w.addr.eq(word_addr(q, e)),
-                         bm_w.data.eq(Cat(word & ~oh_e, last_w))]
-        with m.Else():
-            m.d.comb += [bm_w.addr.eq(word_addr(q, cur.psn)),
-                         bm_w.data.eq(Cat(word | oh_cur, Mux(cur.last, last_w | oh_cur,
-                                                              last_w & ~oh_cur)))]
-        m.d.comb += [fl_w.addr.eq(slot_addr(q, cur.psn)),
+                         bm_w.data.eq(Cat(cw & ~pos, cl))]
+        with m.Else():                  # CHECK: the updated word, as loaded into cw / cl
+            m.d.comb += [bm_w.addr.eq(word_addr(q, cur.psn)), bm_w.data.eq(Cat(cw, cl))]
+        # The flags write is registered (the block RAM sits far from the decision logic): it
+        # lands one cycle after CHECK, so an in-order last PSN waits one cycle (SETTLE) before
+        # the slide reads its flags.
+        m.d.sync += [fl_w.en.eq(fl_we), fl_w.addr.eq(slot_addr(q, cur.psn)),
                      fl_w.data.eq(Cat(cur.has_imm, cur.imm))]
 
         # ---- datapath registers, each loaded by one strobe ------------------
@@ -507,7 +572,7 @@ class SackTracker(wiring.Component):
                 ack_pl.qp.eq(q),
                 ack_pl.port.eq(Mux(ack_timer, sel(last_port), cur.port)),
                 ack_pl.ev.eq(Mux(ack_timer, sel(last_ev), cur.ev)),
-                ack_pl.cum_psn.eq(e_pm),
+                ack_pl.cum_psn.eq(e1),
                 ack_pl.syndrome.eq(Mux(ack_nack, wire.AETH_NAK_PSN, wire.AETH_ACK)),
                 ack_pl.msn.eq(msn_q),
                 ack_pl.flags.eq(ack_flags),
@@ -532,7 +597,7 @@ class SackTracker(wiring.Component):
             hit = qi == i if qps > 1 else Const(1)
             wr = self.qp_w_en & (self.qp_w_addr == i)
             with m.If(wr | (hit & e_we)):
-                m.d.sync += epsn[i].eq(Mux(wr, w.start_psn, e_pm))
+                m.d.sync += epsn[i].eq(Mux(wr, w.start_psn, e1))
             with m.If(wr | (hit & cpl_we)):
                 m.d.sync += msn[i].eq(Mux(wr, 0, msn_inc))
             with m.If(wr | (hit & (new_we | ack_reset))):
@@ -541,7 +606,7 @@ class SackTracker(wiring.Component):
                 m.d.sync += [last_ev[i].eq(cur.ev), last_port[i].eq(cur.port)]
             with m.If(hit & arm):
                 m.d.sync += [armed[i].eq(1), deadline[i].eq(dl_new),
-                             expired[i].eq(t_lead[16] | (t_lead == 0))]
+                             expired[i].eq(t_now)]
             with m.If(wr | (hit & ack_reset)):
                 m.d.sync += [armed[i].eq(0), expired[i].eq(0)]
             with m.If(hit & clr_done):
