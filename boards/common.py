@@ -158,10 +158,15 @@ class HostMemory(wiring.Component):
         with m.If(a.arvalid & a.arready):
             m.d.sync += [r_busy.eq(1), r_addr.eq(a.araddr), r_cnt.eq(a.arlen), a.rid.eq(a.arid)]
         # the window read: only while the AXI pipeline is empty (``adv`` is then true)
+        # ``quiet``: the read side was empty in the previous cycle and nothing started
+        # then (registered, so the read address multiplexer is one gate after flip-flops);
+        # no AXI4 read starts while win_re waits (arready is low)
         win_sel_hi = Signal()
         win_rd_go = Signal()
-        m.d.comb += win_rd_go.eq(self.win_re & ~r_busy & ~v1 & ~a.rvalid & ~w1 & ~w2
-                                 & ~self.win_done)
+        quiet = Signal()
+        m.d.comb += win_rd_go.eq(self.win_re & quiet)
+        m.d.sync += quiet.eq(~(r_busy | (a.arvalid & a.arready) | v1 | a.rvalid | win_rd_go
+                               | w1 | w2 | self.win_done))
         with m.If(win_rd_go):
             m.d.comb += rp.addr.eq(self.win_addr[1:])
             m.d.sync += [w1.eq(1), win_sel_hi.eq(self.win_addr[0])]
@@ -605,15 +610,18 @@ class NicBoardTop(wiring.Component):
             leds = self.leds(m, platform)
             act = []
             for p, mac in enumerate(macs):
-                last, stretch = Signal(32), Signal(24)
-                total = Signal(32)
-                m.d.comb += total.eq(mac.tx_frames ^ mac.rx_frames)
-                m.d.sync += last.eq(total)
-                with m.If(total != last):
-                    m.d.sync += stretch.eq(~0)
-                with m.Elif(stretch != 0):
+                # a frame counter moved <=> its bit 0 toggled (each counts at most one per
+                # cycle); the LED stays on for 2**24 cycles after it, until the down-count
+                # passes 0 (bit 24 set: no wide compare)
+                last = Signal(2)
+                stretch = Signal(25, init=1 << 24)
+                now = Cat(mac.tx_frames[0], mac.rx_frames[0])
+                m.d.sync += last.eq(now)
+                with m.If(now != last):
+                    m.d.sync += stretch.eq((1 << 24) - 1)
+                with m.Elif(~stretch[24]):
                     m.d.sync += stretch.eq(stretch - 1)
-                act.append(stretch != 0)
+                act.append(~stretch[24])
             beat = Signal(27)
             m.d.sync += beat.eq(beat + 1)
             values = [rx_present[0], act[0], rx_present[1], act[1], beat[-1]]

@@ -95,7 +95,7 @@ class CsrBank(wiring.Component):
         Serial table window (see above).
     table_word_latency : int
         Serial mode: cycles from a read step to its word on ``tbl_rd_word`` (1 = a
-        synchronous memory read port addressed by ``tbl_word``; 2 = one more register).
+        synchronous memory read port addressed by ``tbl_word``; 2..4 = more registers).
     external : iterable of str
         Names of RO registers read through the shared ``ext_rd_data`` port
         instead of ports of their own (for a keeper that computes the value
@@ -117,7 +117,7 @@ class CsrBank(wiring.Component):
     <reg>_rd_stb : Out(1)
         RO registers marked pop (``read_strobe``): one-cycle pulse in the
         cycle the register's value is sampled (pop the queue behind it: the
-        sampled value is the head before the pop).
+        sampled value is the head before the pop); from a flip-flop.
     <reg>_<field>_set : In(width)
         W1C fields: set bits (level or pulse); set wins over a same-cycle clear.
         The status is the Out port ``<reg>_<field>``.
@@ -161,8 +161,8 @@ class CsrBank(wiring.Component):
             raise ValueError(f"regmap must be a mrcnic.regmap.RegMap, not {type(regmap).__name__}")
         if not (isinstance(table_read_latency, int) and 1 <= table_read_latency <= 16):
             raise ValueError(f"table_read_latency must be 1..16 cycles, not {table_read_latency!r}")
-        if table_word_latency not in (1, 2):
-            raise ValueError(f"table_word_latency must be 1 or 2 cycles, not {table_word_latency!r}")
+        if table_word_latency not in (1, 2, 3, 4):
+            raise ValueError(f"table_word_latency must be 1..4 cycles, not {table_word_latency!r}")
         if regmap.addr_width != 16 or regmap.data_width != 32:
             raise ValueError("CsrBank supports 16-bit addresses and 32-bit data only")
         if regmap.tables:
@@ -350,17 +350,23 @@ class CsrBank(wiring.Component):
         rvalue = top(grp_q)
         if sh is not None:
             rvalue = Mux(sh["hit_r"], sh_q, rvalue)
-        hit_any = Signal()
-        m.d.comb += hit_any.eq(Cat(*(ar_word == w for w in mapped)).any())
-        for r in rm.registers:
-            if r.read_strobe:
-                m.d.comb += getattr(self, r.name.lower() + "_rd_stb").eq(
-                    sample & (ar_word == r.offset >> 2))
+        # "a register at this word": per group of 16 words a registered flag (sample
+        # cycle), their OR the cycle after (a flat compare against every word is too deep)
+        rd_hit_grp = self._hit_groups(ar_word, mapped, "rd_hitg")
+        rd_hit_q = Signal(len(rd_hit_grp), name="rd_hit_grp")
+        m.d.comb += hit_q.eq(rd_hit_q.any())
+        # pop strobes from flip-flops, set the cycle before the sample: at the AR handshake
+        # (from araddr), or with external registers in the READ cycle that waits
+        pops = [r for r in rm.registers if r.read_strobe]
+        for r in pops:
+            m.d.sync += getattr(self, r.name.lower() + "_rd_stb").eq(0)
         if self.external:
             m.d.comb += self.rd_addr.eq(ar_word)
 
         write_ready = aw_full & w_full
         aw_hit = Signal(len(rm.registers))  # WRITE state: register i is addressed (one-hot)
+        aw_hit_grp = Signal(len(rd_hit_grp), name="aw_hit_grp")
+        self._ok_regs = []                  # legality of the waiting write, registered
         if rm.tables and self.table_serial:
             self._serial_logic(m, sel, store, tw, w_data)
         if sh is not None:
@@ -370,14 +376,20 @@ class CsrBank(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
+                if rm.tables and self.table_serial:     # word 0 of a serial table write
+                    m.d.sync += sh["idx_r"].eq(sh["tbl_base"])      # (a read overrides)
                 with m.If(write_ready):
                     m.next = "WRITE"        # decode aw_addr in its own cycle (timing)
                     m.d.sync += aw_hit.eq(Cat(*(aw_addr[2:] == r.offset >> 2
                                                 for r in rm.registers)))
+                    m.d.sync += aw_hit_grp.eq(self._hit_groups(aw_addr[2:], mapped, "aw_hitg"))
                 with m.Elif(~(aw_full & w_full) & ~closed):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
                         m.d.sync += [ar_word.eq(axil.araddr[2:]), rd_wait.eq(bool(self.external))]
+                        if not self.external:
+                            m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
+                                axil.araddr[2:] == r.offset >> 2) for r in pops]
                         if sh is not None:
                             ws = sorted(sh["index"].items(), key=lambda kv: kv[1])
                             m.d.sync += [
@@ -389,22 +401,24 @@ class CsrBank(wiring.Component):
             with m.State("WRITE"):
                 m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
                              axil.bresp.eq(OKAY)]
-                if rm.tables and self.table_serial:     # the first word of a serial table write
-                    m.d.sync += sh["idx_r"].eq(sh["tbl_base"])
+                if rm.tables and self.table_serial:     # word 1 of a serial table write
+                    m.d.sync += sh["idx_r"].eq(sh["tbl_base"] | 1)
                 m.next = "BRESP"
                 for i, r in enumerate(rm.registers):     # one-hot: no priority chain
                     with m.If(aw_hit[i]):
                         self._write(m, r, src, store, w_data, w_strb, bmask,
                                     ro_writes, w1c_clear, tw)
-                with m.If(~aw_hit.any()):          # no register at aw_addr
+                with m.If(~aw_hit_grp.any()):      # no register at aw_addr
                     m.d.sync += axil.bresp.eq(SLVERR)
             with m.State("READ"):
                 with m.If(rd_wait):
                     m.d.sync += rd_wait.eq(0)
+                    m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
+                        ar_word == r.offset >> 2) for r in pops]
                 with m.Else():
                     m.d.comb += sample.eq(1)
                     m.d.sync += [g.eq(self._mux_tree(ar_word, ents)) for g, ents in zip(grp_q, groups)]
-                    m.d.sync += hit_q.eq(hit_any)
+                    m.d.sync += rd_hit_q.eq(rd_hit_grp)
                     if sh is not None:
                         m.d.sync += sh_q.eq(sh["rd_data"])
                     m.next = "READ2"
@@ -426,6 +440,10 @@ class CsrBank(wiring.Component):
             elif rm.tables:
                 self._serial_states(m, tw)
 
+        # the legality of the write waiting in the AW/W latches, one cycle before it executes
+        # (its inputs -- the latched data and strobes, the register's value -- only change
+        # in the WRITE state)
+        m.d.sync += self._ok_regs
         if self._irq:
             st, en = rm["IRQ_STATUS"], rm["IRQ_ENABLE"]
             names = {f.name for f in st.fields} & {f.name for f in en.fields}
@@ -541,36 +559,51 @@ class CsrBank(wiring.Component):
         wcnt = Signal(range(nw), name="tbl_wcnt")
         cap, cap_k = Signal(name="tbl_cap"), Signal(range(nw), name="tbl_cap_k")
         t_words = Signal(range(nw + 1), name="tbl_words")     # words of the selected table
-        w_mask = Signal(32, name="tbl_w_mask")                 # record bits in word wcnt
         with m.Switch(sel):
             for t in rm.tables:
                 with m.Case(t.id.value):
                     m.d.comb += t_words.eq(t.words)
-                    with m.Switch(wcnt):
-                        for k in range(nw):
-                            with m.Case(k):
-                                m.d.comb += w_mask.eq(((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF)
-        # TBL_DATA word wcnt for a serial write: read from the RW shadow (see elaborate; its
-        # read address steps with wcnt, see TWSTEP)
+        # record bits of word wcnt of the selected table, and whether the table has that
+        # word: constant tables looked up by (sel, wcnt) (flat, no case chain)
+        kb = len(wcnt)
+        masks, oks = 0, 0
+        for t in rm.tables:
+            for k in range(min(nw, 1 << kb)):
+                i = t.id.value << kb | k
+                masks |= (((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF) << 32 * i
+                oks |= int(k < t.words) << i
+        n_ent = 1 << (len(sel) + kb)
+        w_mask = Signal(32, name="tbl_w_mask")
+        w_ok = Signal(name="tbl_w_ok")
+        m.d.comb += [w_mask.eq(Const(masks, 32 * n_ent).word_select(Cat(wcnt, sel), 32)),
+                     w_ok.eq(Const(oks, n_ent).bit_select(Cat(wcnt, sel), 1))]
+        # TBL_DATA word wcnt for a serial write: read from the RW shadow one cycle ahead
+        # into a register (its read address runs a word ahead of wcnt, see TWSTEP)
+        sh_wq = Signal(32, name="tbl_sh_word")
+        m.d.sync += sh_wq.eq(tw["shadow"]["rd_data"])
         m.d.comb += [
             self.tbl_sel.eq(sel), self.tbl_word.eq(wcnt),
-            self.tbl_w_word.eq(tw["shadow"]["rd_data"] & w_mask),
+            self.tbl_w_word.eq(sh_wq & w_mask),
         ]
         # serial load of TBL_DATA: the word read table_word_latency cycles after its step
         # (0 beyond the record).  Bus writes and loads share one data input (tbl_d).
         tbl_d = Signal(32, name="tbl_d")
+        cap_ok = Signal(name="tbl_cap_ok")          # the step's word is in the record
         m.d.sync += cap.eq(0)
-        step_q, step_k = cap, cap_k                 # the step, one cycle later
-        if self.table_word_latency == 2:
-            cap, cap_k = Signal(name="tbl_cap2"), Signal(range(nw), name="tbl_cap2_k")
-            m.d.sync += [cap.eq(step_q), cap_k.eq(step_k)]
-        m.d.comb += tbl_d.eq(Mux(cap, Mux(cap_k < t_words, self.tbl_rd_word, 0), w_data))
+        step_q, step_k, step_ok = cap, cap_k, cap_ok    # the step, one cycle later
+        for i in range(2, self.table_word_latency + 1):
+            c, k, ok = (Signal(name=f"tbl_cap{i}"), Signal(range(nw), name=f"tbl_cap{i}_k"),
+                        Signal(name=f"tbl_cap{i}_ok"))
+            m.d.sync += [c.eq(cap), k.eq(cap_k), ok.eq(cap_ok)]
+            cap, cap_k, cap_ok = c, k, ok
+        m.d.comb += tbl_d.eq(Mux(cap, Mux(cap_ok, self.tbl_rd_word, 0), w_data))
         with m.If(cap):
             with m.Switch(cap_k):
                 for k in range(nw):
                     with m.Case(k):
                         m.d.sync += store[f"TBL_DATA{k}", "value"].eq(tbl_d)
-        tw.update(wcnt=wcnt, cap=step_q, cap_k=step_k, t_words=t_words, tbl_d=tbl_d,
+        tw.update(wcnt=wcnt, w_ok=w_ok, cap=step_q, cap_k=step_k, cap_ok=step_ok, t_words=t_words,
+                  tbl_d=tbl_d,
                   ld=cap, ld_k=cap_k,
                   tail=Signal(range(self.table_word_latency), name="tbl_tail"))
 
@@ -579,9 +612,9 @@ class CsrBank(wiring.Component):
         nw = rm.data_words
         wcnt, cap, cap_k, t_words = tw["wcnt"], tw["cap"], tw["cap_k"], tw["t_words"]
         with m.State("TWSTEP"):
-            m.d.comb += self.tbl_w_step.eq(wcnt < t_words)
+            m.d.comb += self.tbl_w_step.eq(tw["w_ok"])
             sh = tw["shadow"]
-            m.d.sync += sh["idx_r"].eq(sh["tbl_base"] | (wcnt + 1)[:len(wcnt)])
+            m.d.sync += sh["idx_r"].eq(sh["tbl_base"] | (wcnt + 2)[:len(wcnt)])
             m.d.sync += wcnt.eq(wcnt + 1)
             with m.If(wcnt == nw - 1):
                 m.d.sync += [wcnt.eq(0), axil.bvalid.eq(1)]
@@ -594,7 +627,8 @@ class CsrBank(wiring.Component):
         tail = tw["tail"]           # cycles until the last word is loaded
         with m.State("TRSTEP"):
             m.d.comb += self.tbl_r_step.eq(1)
-            m.d.sync += [cap.eq(1), cap_k.eq(wcnt), wcnt.eq(wcnt + 1)]
+            m.d.sync += [cap.eq(1), cap_k.eq(wcnt), tw["cap_ok"].eq(wcnt < t_words),
+                         wcnt.eq(wcnt + 1)]
             with m.If(wcnt == nw - 1):
                 m.d.sync += [wcnt.eq(0), tail.eq(self.table_word_latency - 1)]
                 m.next = "TRLAST"
@@ -626,6 +660,10 @@ class CsrBank(wiring.Component):
             lanes = bmask[f.lsb:f.lsb + f.width]
             new = (old & ~lanes) | (w_data[f.lsb:f.lsb + f.width] & lanes)
             ok = ok & self._legal(f, new)
+        if not (isinstance(ok, Const) and ok.value == 1):
+            ok_q = Signal(name=f"ok_{r.name.lower()}")
+            self._ok_regs.append(ok_q.eq(ok))
+            ok = ok_q
         if r.name == "TBL_CMD" and r.internal:
             new_op = w_data[:2] & bmask[:2]
             self._table_cmd(m, new_op, ok, store, tw)
@@ -653,6 +691,19 @@ class CsrBank(wiring.Component):
                 m.d.sync += getattr(self, r.name.lower() + "_stb").eq(1)
         with m.Else():
             m.d.sync += axil.bresp.eq(SLVERR)
+
+    @staticmethod
+    def _hit_groups(word, mapped, name):
+        """Per group of 16 word addresses holding a register: ``word`` is one of them."""
+        groups = {}
+        for w in mapped:
+            groups.setdefault(w >> 4, 0)
+            groups[w >> 4] |= 1 << (w & 15)
+        flags = []
+        for g, bits in sorted(groups.items()):
+            with_lo = Const(bits, 16).bit_select(word[:4], 1)
+            flags.append((word[4:] == g) & with_lo)
+        return Cat(*flags)
 
     @staticmethod
     def _legal(f, value):

@@ -46,7 +46,11 @@ from .port_admin import PortAdminGate
 from .reliability import RelQpConfig, RelQpParams
 from .rx_parser import N_REASONS, DropReason
 
-__all__ = ["CsrNic", "STATS", "EVENT_DEPTH", "TIED_OFF"]
+__all__ = ["CsrNic", "STATS", "EVENT_DEPTH", "TIED_OFF", "TBL_WORD_LATENCY"]
+
+#: Cycles from a serial read step of the bank to its word on ``tbl_rd_word`` (address
+#: register, block RAM, its output register, the merge register).
+TBL_WORD_LATENCY = 4
 
 EVENT_DEPTH = 16    #: EV events queued behind ``EV_EVENT`` (more are counted in ``events_lost``)
 
@@ -114,13 +118,15 @@ class CsrNic(wiring.Component):
     * the CSR bank runs its table window word-serially (``CsrBank(table_serial=True)``):
       the shadows are 32-bit block RAMs, one word per cycle (``seg``: 1024 words;
       the other writable tables share one memory, a power-of-two region each).  A
-      WRITE stores the record in ``data_words`` cycles; a READ answers about
-      ``READ_LATENCY`` + 10 cycles after its command;
+      WRITE stores the record in ``data_words`` cycles (the shadows and the core's tables
+      take each word from a register of the bank's serial write, one cycle later); a READ
+      answers about ``READ_LATENCY`` + 12 cycles after its command (every word read passes
+      :data:`TBL_WORD_LATENCY` registers: no block-RAM output feeds logic);
     * ``path`` entries go to every path-table copy of the core (the record is
       collected from the serial write and written whole the cycle after its last
       word); ``EV_STATE_SET`` is the core's state-only update (``pt_st_*``, the
       cycle after the command); ``EV_WEIGHT_SET`` reads the shadow entry word by
-      word, changes the weight and writes the entry whole (9 cycles; the bank holds
+      word, changes the weight and writes the entry whole (about 11 cycles; the bank holds
       the next write meanwhile).  Indices >= ``paths`` are ignored.  The EV state
       lives in a separate 2-bit memory that also follows the core's own state
       changes (sender reliability's ASSUMED_BAD / GOOD), so a read shows the state
@@ -128,7 +134,7 @@ class CsrNic(wiring.Component):
     * ``cc`` (NSCC parameters) of a QP applies at once (its window restarts at
       ``init_cwnd``, its PSN state is kept); ``rel`` (``RelQpParams``) is joined
       with the QP's ``cc`` entry (read back from its shadow) into its
-      ``RelQpConfig`` and written to sender reliability about 9 cycles after the
+      ``RelQpConfig`` and written to sender reliability about 11 cycles after the
       command (this resets the QP's PSN state: only while idle);
     * ``EV_PROBE_REQ`` hands ``{qp, index}`` to the core (held until taken; an
       index >= ``paths`` is ignored: no probe, no reply);
@@ -173,7 +179,8 @@ class CsrNic(wiring.Component):
         m.submodules.nic = nic = self.core
         drops = [f"RX_DROP_{r.name}" for r in DropReason]
         m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=EV_READ_LATENCY,
-                                         table_serial=True, table_word_latency=2,
+                                         table_serial=True,
+                                         table_word_latency=TBL_WORD_LATENCY,
                                          external=drops)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         wiring.connect(m, wiring.flipped(self.s_wr), nic.s_wr)
@@ -279,64 +286,98 @@ class CsrNic(wiring.Component):
         seq_idx = Signal(8)
         seq_weight = Signal(8)
         seq_word = Signal(range(nw + 1))
-        with m.If(csr.ev_weight_set_stb & (csr.ev_weight_set_index < self.paths)):
-            m.d.sync += [seq.eq(1), seq_idx.eq(csr.ev_weight_set_index),
-                         seq_weight.eq(csr.ev_weight_set_weight), seq_word.eq(0)]
-        with m.If(csr.rel_w_en):
-            m.d.sync += [seq.eq(2), seq_idx.eq(csr.rel_addr), seq_word.eq(0)]
-        seq_rd = Signal()           # a sequencer read step this cycle
-        m.d.comb += seq_rd.eq((seq != 0) & (seq_word != nw))
+        seq_rd = Signal()           # a sequencer read step this cycle (words 0 .. nw - 1)
         with m.If(seq_rd):
             m.d.sync += seq_word.eq(seq_word + 1)
+            with m.If(seq_word == nw - 1):
+                m.d.sync += seq_rd.eq(0)
+        with m.If(csr.ev_weight_set_stb & (csr.ev_weight_set_index < self.paths)):
+            m.d.sync += [seq.eq(1), seq_rd.eq(1), seq_idx.eq(csr.ev_weight_set_index),
+                         seq_weight.eq(csr.ev_weight_set_weight), seq_word.eq(0)]
+        with m.If(csr.rel_w_en):
+            m.d.sync += [seq.eq(2), seq_rd.eq(1), seq_idx.eq(csr.rel_addr), seq_word.eq(0)]
 
-        # -- read side: this cycle's (table, entry, word), the word one cycle later -------
+        # -- read side: a word read moves through 4 register stages (TBL_WORD_LATENCY) ----
+        # stage 0: this cycle's (table, entry, word), a bank read step or a sequencer read;
+        # 1: the memories' read addresses (flip-flops); 2: the block RAMs' outputs;
+        # 3: their output registers (taken straight from the EBRs: folded into them as
+        # REGMODE OUTREG), the EV state and the evcnt word; 4: the word (-> tbl_rd_word)
         r_tab, r_idx, r_word = Signal(3), Signal(8), Signal(range(nw + 1))
         with m.If(seq_rd):
             m.d.comb += [r_tab.eq(Mux(seq == 1, tid["path"], tid["cc"])), r_idx.eq(seq_idx),
                          r_word.eq(seq_word)]
         with m.Else():
             m.d.comb += [r_tab.eq(csr.tbl_sel), r_idx.eq(csr.path_addr), r_word.eq(csr.tbl_word)]
+        ra, seg_ra = Signal(abits), Signal(len(seg_rp.addr))
+        m.d.sync += [ra.eq(shadow_addr(r_tab, r_idx, r_word)),
+                     seg_ra.eq(Cat(r_word[:seg_wb], r_idx))]
         m.d.comb += [
-            rp.en.eq(1), rp.addr.eq(shadow_addr(r_tab, r_idx, r_word)),
-            seg_rp.en.eq(1), seg_rp.addr.eq(Cat(r_word[:seg_wb], r_idx)),
+            rp.en.eq(1), rp.addr.eq(ra),
+            seg_rp.en.eq(1), seg_rp.addr.eq(seg_ra),
             st_rp.en.eq(1), st_rp.addr.eq(r_idx[:pbits]),
         ]
-        # two register stages: the memories' outputs (stage 1) are registered (stage 2)
-        # before anything else uses them, so no block-RAM output feeds logic directly
-        r_tab_d, r_word_d, seq_cap_d = Signal(3), Signal(range(nw + 1)), Signal()
-        r_tab_q, r_word_q, seq_cap = Signal(3), Signal(range(nw + 1)), Signal()
-        raw_q, st_q, tbl_word_d, ev_word = Signal(32), Signal(EvState), Signal(3), Signal(32)
-        m.d.sync += [r_tab_d.eq(r_tab), r_word_d.eq(r_word), seq_cap_d.eq(seq_rd),
-                     r_tab_q.eq(r_tab_d), r_word_q.eq(r_word_d), seq_cap.eq(seq_cap_d),
-                     raw_q.eq(Mux(r_tab_d == tid["seg"], seg_rp.data, rp.data)),
-                     st_q.eq(st_rp.data), tbl_word_d.eq(csr.tbl_word),
-                     ev_word.eq(nic.evcnt_rd_data.as_value().word_select(tbl_word_d, 32))]
-        word = Signal(32)           # the word read 2 cycles ago, EV state merged into path word 1
+        tab = [r_tab] + [Signal(3, name=f"r_tab{i}") for i in (1, 2)]
+        wrd = [r_word] + [Signal(range(nw + 1), name=f"r_word{i}") for i in (1, 2)]
+        cap = [seq_rd] + [Signal(name=f"seq_cap{i}") for i in (1, 2, 3, 4)]
+        st = [None, st_rp.data, Signal(EvState, name="st2"), Signal(EvState, name="st3")]
+        m.d.sync += [tab[i].eq(tab[i - 1]) for i in (1, 2)]
+        m.d.sync += [wrd[i].eq(wrd[i - 1]) for i in (1, 2)]
+        m.d.sync += [cap[i].eq(cap[i - 1]) for i in (1, 2, 3, 4)]
+        m.d.sync += [st[i].eq(st[i - 1]) for i in (2, 3)]
         lay = PathEntry.as_shape()
         st_w, st_lsb = divmod(lay["state"].offset, 32)
         wt_w, wt_lsb = divmod(lay["weight"].offset, 32)
         assert st_w == wt_w and wt_lsb + 8 <= 32, "state and weight must share a word"
-        path_ws = (r_tab_q == tid["path"]) & (r_word_q == st_w)
-        m.d.comb += word.eq(raw_q)
-        with m.If(path_ws):
-            m.d.comb += word[st_lsb:st_lsb + 2].eq(st_q)
-            with m.If(seq_cap & (seq == 1)):
-                m.d.comb += word[wt_lsb:wt_lsb + 8].eq(seq_weight)
-        m.d.comb += csr.tbl_rd_word.eq(Mux(r_tab_q == tid["evcnt"], ev_word, word))
+        rp_q, seg_q, ev_q = Signal(32), Signal(32), Signal(32)
+        is_ev3, is_seg3, path_ws3, rmw3, last3 = (Signal(name=n) for n in (
+            "is_ev3", "is_seg3", "path_ws3", "rmw3", "last3"))
+        path_ws2 = (tab[2] == tid["path"]) & (wrd[2] == st_w)
+        m.d.sync += [
+            rp_q.eq(rp.data), seg_q.eq(seg_rp.data),      # the EBR output registers
+            ev_q.eq(nic.evcnt_rd_data.as_value().word_select(wrd[2][:3], 32)),
+            is_ev3.eq(tab[2] == tid["evcnt"]), is_seg3.eq(tab[2] == tid["seg"]),
+            path_ws3.eq(path_ws2), rmw3.eq(path_ws2 & cap[2] & (seq == 1)),
+            last3.eq(wrd[2] == nw - 1),
+        ]
+        # stage 4: the word read 4 cycles ago, EV state (and an RMW's weight) merged
+        merged = Signal(32)
+        m.d.comb += merged.eq(Mux(is_seg3, seg_q, rp_q))
+        with m.If(path_ws3):
+            m.d.comb += merged[st_lsb:st_lsb + 2].eq(st[3])
+        with m.If(rmw3):
+            m.d.comb += merged[wt_lsb:wt_lsb + 8].eq(seq_weight)
+        word, last4, wb = Signal(32), Signal(), Signal()
+        m.d.sync += [word.eq(Mux(is_ev3, ev_q, merged)), last4.eq(last3), wb.eq(rmw3)]
+        seq_cap = cap[4]
+        m.d.comb += csr.tbl_rd_word.eq(word)
+
+        # -- the bank's serial write words, registered once (table writes are not timed) --
+        w_word, w_idx = Signal(32), Signal(8)
+        w_path, w_path_last, w_other, w_seg = (Signal(name=n) for n in (
+            "w_path", "w_path_last", "w_other", "w_seg"))
+        w_addr, w_seg_addr = Signal(abits), Signal(len(seg_wp.addr))
+        is_path = csr.tbl_w_step & (csr.tbl_sel == tid["path"])
+        m.d.sync += [
+            w_word.eq(csr.tbl_w_word), w_idx.eq(csr.path_addr),
+            w_path.eq(is_path), w_path_last.eq(is_path & (csr.tbl_word == nw - 1)),
+            w_other.eq(csr.tbl_w_step & (csr.tbl_sel != tid["seg"])),
+            w_seg.eq(csr.tbl_w_step & (csr.tbl_sel == tid["seg"])),
+            w_addr.eq(shadow_addr(csr.tbl_sel, csr.path_addr, csr.tbl_word)),
+            w_seg_addr.eq(Cat(csr.tbl_word[:seg_wb], csr.seg_addr)),
+        ]
 
         # -- staging: the record collected word by word (path writes, RMW, cc for rel) -----
         staging = Signal(32 * nw)
-        path_step = csr.tbl_w_step & (csr.tbl_sel == tid["path"])
-        with m.If(path_step):
-            m.d.sync += staging.eq(Cat(staging[32:], csr.tbl_w_word))
+        with m.If(w_path):
+            m.d.sync += staging.eq(Cat(staging[32:], w_word))
         with m.Elif(seq_cap):
             m.d.sync += staging.eq(Cat(staging[32:], word))
         pt_pend, pt_rmw, rel_go = Signal(), Signal(), Signal()
         pt_idx = Signal(8)
         m.d.sync += rel_go.eq(0)
-        with m.If(path_step & (csr.tbl_word == nw - 1)):
-            m.d.sync += [pt_pend.eq(1), pt_rmw.eq(0), pt_idx.eq(csr.path_addr)]
-        with m.If(seq_cap & (r_word_q == nw - 1)):
+        with m.If(w_path_last):
+            m.d.sync += [pt_pend.eq(1), pt_rmw.eq(0), pt_idx.eq(w_idx)]
+        with m.If(seq_cap & last4):
             m.d.sync += [seq.eq(0), pt_pend.eq(seq == 1), pt_rmw.eq(1), rel_go.eq(seq == 2),
                          pt_idx.eq(seq_idx)]
         m.d.comb += csr.busy.eq((seq != 0) | pt_pend)
@@ -347,30 +388,30 @@ class CsrNic(wiring.Component):
             m.d.comb += st_rp.addr.eq(pt_idx[:pbits])
 
         # -- shadow writes: the bank's serial words; the RMW's new word 1 ----------------
-        wb = seq_cap & (seq == 1) & (r_word_q == st_w)
         with m.If(wb):
             m.d.comb += [wp.en.eq(1),
                          wp.addr.eq(shadow_addr(C(tid["path"], 3), seq_idx, C(st_w, 3))),
                          wp.data.eq(word)]
         with m.Else():
-            m.d.comb += [wp.en.eq(csr.tbl_w_step & (csr.tbl_sel != tid["seg"])),
-                         wp.addr.eq(shadow_addr(csr.tbl_sel, csr.path_addr, csr.tbl_word)),
-                         wp.data.eq(csr.tbl_w_word)]
-        m.d.comb += [seg_wp.en.eq(csr.tbl_w_step & (csr.tbl_sel == tid["seg"])),
-                     seg_wp.addr.eq(Cat(csr.tbl_word[:seg_wb], csr.seg_addr)),
-                     seg_wp.data.eq(csr.tbl_w_word)]
+            m.d.comb += [wp.en.eq(w_other), wp.addr.eq(w_addr), wp.data.eq(w_word)]
+        m.d.comb += [seg_wp.en.eq(w_seg), seg_wp.addr.eq(w_seg_addr), seg_wp.data.eq(w_word)]
 
         # -- the core's path tables and sender reliability --------------------------------
-        # A whole-entry write waits while the core changes the state of another entry
-        # (the state copy has one write port); a change of the same entry in the same
-        # cycle wins in the core's tables, so the copy takes it too.  An EV_WEIGHT_SET
-        # writes the state the entry has now, not the one read with its word.
+        # The state copy follows the core's EV state changes one cycle later (from
+        # flip-flops: the core's choice stays out of pt_go and the copy's write port).  A
+        # whole-entry write waits for a cycle without such a delayed change (the copy has one
+        # write port), so an EV_WEIGHT_SET writes the state the entry has now (the copy,
+        # read through its transparent port, has every change but the previous cycle's, and
+        # a change in the previous cycle holds the write back; a change of the same entry in
+        # the write's own cycle wins in the core's tables and reaches the copy next cycle).
         entry = Signal(PathEntry)
         m.d.comb += [entry.eq(staging[:PathEntry.as_shape().size]),
                      entry.state.eq(Mux(pt_rmw, st_rp.data, staging[lay["state"].offset:][:2]))]
-        core_st = nic.ev_st_en & (nic.ev_st_addr < self.paths)
+        cst_en, cst_addr, cst_state = Signal(), Signal(pbits), Signal(EvState)
+        m.d.sync += [cst_en.eq(nic.ev_st_en & (nic.ev_st_addr < self.paths)),
+                     cst_addr.eq(nic.ev_st_addr[:pbits]), cst_state.eq(nic.ev_st_state)]
         pt_go = Signal()
-        m.d.comb += pt_go.eq(pt_pend & ~(core_st & (nic.ev_st_addr != pt_idx)))
+        m.d.comb += pt_go.eq(pt_pend & ~cst_en)
         with m.If(pt_go):
             m.d.sync += pt_pend.eq(0)
         m.d.comb += [
@@ -379,11 +420,9 @@ class CsrNic(wiring.Component):
             nic.pt_st_addr.eq(csr.ev_state_set_index), nic.pt_st_state.eq(csr.ev_state_set_state),
         ]
         with m.If(pt_go):
-            m.d.comb += [st_wp.en.eq(1), st_wp.addr.eq(pt_idx),
-                         st_wp.data.eq(Mux(core_st, nic.ev_st_state, entry.state))]
+            m.d.comb += [st_wp.en.eq(1), st_wp.addr.eq(pt_idx), st_wp.data.eq(entry.state)]
         with m.Else():
-            m.d.comb += [st_wp.en.eq(core_st), st_wp.addr.eq(nic.ev_st_addr),
-                         st_wp.data.eq(nic.ev_st_state)]
+            m.d.comb += [st_wp.en.eq(cst_en), st_wp.addr.eq(cst_addr), st_wp.data.eq(cst_state)]
         cfg = Signal(RelQpConfig)
         nparams = RelQpParams.as_shape().size
         m.d.comb += [cfg.as_value()[:nparams].eq(csr.rel_w_data.as_value()),

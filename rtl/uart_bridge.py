@@ -206,7 +206,9 @@ class UartAxilBridge(wiring.Component):
     ignored: the host keeps one request outstanding.  Every drop is counted.
 
     The AXI4-Lite subordinate must answer every transaction (the CSR bank does);
-    AW and W are presented together, ``bready``/``rready`` are high while waiting.
+    AW and W are presented together; ``awvalid``/``wvalid``/``arvalid`` come from
+    flip-flops, ``bready``/``rready`` are always high.  Response bytes pass through a
+    one-byte transmit register in front of the UART transmitter.
 
     Parameters
     ----------
@@ -267,19 +269,27 @@ class UartAxilBridge(wiring.Component):
         m.submodules.uart_rx = urx = UartRx(self.divisor)
         m.submodules.uart_tx = utx = UartTx(self.divisor)
         # one CRC-8 for both directions (a request is received, checked, then answered):
-        # a received byte is fed as it arrives, a sent byte the cycle after it was taken
-        # (registered: the transmit multiplexer stays out of the CRC's path); the CRC is
-        # sent 10 bit times later, when the transmitter is free again
+        # a received byte is fed as it arrives while a frame is being received (``rx_en``, a
+        # flip-flop), a sent byte the cycle after it was loaded into the transmit register;
+        # the CRC byte is loaded at least two cycles after the STATUS byte, so it covers it
         m.submodules.crc = crc_u = CRC8.create()
-        crc_rx_valid = Signal()
+        rx_en = Signal()                # receiving a frame: received bytes go into the CRC
         tx_byte = Signal(8)
         tx_feed = Signal()
-        m.d.sync += [tx_byte.eq(utx.data.payload), tx_feed.eq(0)]
-        m.d.comb += [crc_u.data.eq(Mux(tx_feed, tx_byte, urx.data.payload)),
-                     crc_u.valid.eq(crc_rx_valid | tx_feed)]
+        m.d.sync += tx_feed.eq(0)
+        byte, got = urx.data.payload, urx.data.valid
+        m.d.comb += [crc_u.data.eq(Mux(tx_feed, tx_byte, byte)),
+                     crc_u.valid.eq((got & rx_en) | tx_feed)]
         m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
 
-        byte, got = urx.data.payload, urx.data.valid
+        # the transmit register: UartTx sees a flip-flop valid and byte (the state
+        # machine's byte multiplexer and its ``sent`` decisions stay out of each other's way)
+        txq_valid, txq_byte = Signal(), Signal(8)
+        m.d.comb += [utx.data.valid.eq(txq_valid), utx.data.payload.eq(txq_byte)]
+        with m.If(utx.data.ready):
+            m.d.sync += txq_valid.eq(0)
+        tx_free = ~txq_valid
+
         with m.If(urx.framing_error):
             m.d.sync += self.rx_errors.eq(self.rx_errors + 1)
 
@@ -304,11 +314,22 @@ class UartAxilBridge(wiring.Component):
         status, len_out = Signal(8), Signal(8)
         nbyte = Signal(2)               # byte of the current data word
         left = Signal(8)                # data words still to send
-        aw_done, w_done = Signal(), Signal()
+        is_wr_cmd = Signal()            # cmd == CMD_WRITE (registered with cmd)
+        last_word = Signal()            # left == 1 (registered)
 
+        # AXI4-Lite manager: valids from flip-flops (set when the state machine issues,
+        # cleared by the handshake), bready / rready always high (one transaction at a time)
+        awv, wv, arv = Signal(), Signal(), Signal()
         m.d.comb += [axil.awaddr.eq(addr), axil.araddr.eq(addr), axil.wdata.eq(wdata),
-                     axil.wstrb.eq(0b1111), axil.awprot.eq(0), axil.arprot.eq(0)]
-        sent = utx.data.valid & utx.data.ready
+                     axil.wstrb.eq(0b1111), axil.awprot.eq(0), axil.arprot.eq(0),
+                     axil.awvalid.eq(awv), axil.wvalid.eq(wv), axil.arvalid.eq(arv),
+                     axil.bready.eq(1), axil.rready.eq(1)]
+        with m.If(axil.awready):
+            m.d.sync += awv.eq(0)
+        with m.If(axil.wready):
+            m.d.sync += wv.eq(0)
+        with m.If(axil.arready):
+            m.d.sync += arv.eq(0)
 
         # comparisons of the received byte, registered: UartRx completes its byte a bit
         # time (>= 8 cycles) before the byte's valid pulse (the middle of the stop bit),
@@ -321,23 +342,28 @@ class UartAxilBridge(wiring.Component):
 
         def take(next_state):
             """Receive one byte of the frame (into the CRC) and move on; or time out."""
-            m.d.comb += crc_rx_valid.eq(got)
             with m.If(got):
                 m.next = next_state
             with m.Elif(timed_out):
                 m.d.sync += self.timeouts.eq(self.timeouts + 1)
                 m.next = "HUNT"
 
-        def send(value, next_state):
-            m.d.comb += [utx.data.payload.eq(value), utx.data.valid.eq(1)]
-            m.d.sync += tx_feed.eq(sent)
-            with m.If(sent):
+        def send(value, next_state, feed=True):
+            """Load ``value`` into the transmit register when it is free (into the CRC the
+            cycle after, unless not ``feed``) and move on; returns the load condition."""
+            with m.If(tx_free):
+                m.d.sync += [txq_valid.eq(1), txq_byte.eq(value)]
+                if feed:
+                    m.d.sync += [tx_feed.eq(1), tx_byte.eq(value)]
                 m.next = next_state
+            return tx_free
 
         with m.FSM():
             with m.State("HUNT"):
+                m.d.sync += rx_en.eq(0)
                 with m.If(got & is_sync):
                     m.d.comb += crc_u.start.eq(1)
+                    m.d.sync += rx_en.eq(1)
                     m.next = "TAG"
             with m.State("TAG"):
                 take("CMD")
@@ -346,14 +372,14 @@ class UartAxilBridge(wiring.Component):
             with m.State("CMD"):
                 take("LEN")
                 with m.If(got):
-                    m.d.sync += cmd.eq(byte)
+                    m.d.sync += [cmd.eq(byte), is_wr_cmd.eq(is_write)]
                     with m.If(~is_read & ~is_write):
                         m.next = "DRAIN"
             with m.State("LEN"):
                 take("ADDR0")
                 with m.If(got):
                     m.d.sync += length.eq(byte)
-                    with m.If(Mux(cmd == CMD_WRITE, ~is_read, is_zero)):    # LEN 1 / >= 1
+                    with m.If(Mux(is_wr_cmd, ~is_read, is_zero)):    # LEN 1 / >= 1
                         m.next = "DRAIN"
             with m.State("ADDR0"):
                 take("ADDR1")
@@ -363,7 +389,7 @@ class UartAxilBridge(wiring.Component):
                 take("CHECK")
                 with m.If(got):
                     m.d.sync += [addr[8:].eq(byte), nbyte.eq(0)]
-                    with m.If(cmd == CMD_WRITE):
+                    with m.If(is_wr_cmd):
                         m.next = "DATA"
             with m.State("DATA"):
                 take("DATA")
@@ -372,8 +398,9 @@ class UartAxilBridge(wiring.Component):
                     with m.If(nbyte == 3):
                         m.next = "CHECK"
             with m.State("CHECK"):
+                m.d.sync += rx_en.eq(0)         # the CRC byte itself is compared, not fed
                 with m.If(got):
-                    m.d.sync += [left.eq(length), nbyte.eq(0), aw_done.eq(0), w_done.eq(0),
+                    m.d.sync += [left.eq(length), last_word.eq(length == 1), nbyte.eq(0),
                                  status.eq(STATUS_OK), len_out.eq(0)]
                     with m.If(~crc_ok):
                         m.d.sync += [status.eq(STATUS_BAD_CHECKSUM),
@@ -381,7 +408,8 @@ class UartAxilBridge(wiring.Component):
                         m.next = "T_SYNC"
                     with m.Else():
                         m.d.sync += self.frames.eq(self.frames + 1)
-                        with m.If(cmd == CMD_WRITE):
+                        with m.If(is_wr_cmd):
+                            m.d.sync += [awv.eq(1), wv.eq(1)]
                             m.next = "AXI_W"
                         with m.Else():
                             m.d.sync += len_out.eq(length)
@@ -391,61 +419,52 @@ class UartAxilBridge(wiring.Component):
                     m.next = "HUNT"
             with m.State("DRAIN"):
                 # discard the rest of a malformed frame, answer once the line is quiet
+                m.d.sync += rx_en.eq(0)
                 with m.If(~got & (drained)):
                     m.d.sync += [status.eq(STATUS_BAD_FRAME), len_out.eq(0),
                                  self.bad_frames.eq(self.bad_frames + 1)]
                     m.next = "T_SYNC"
             with m.State("AXI_W"):
-                m.d.comb += [axil.awvalid.eq(~aw_done), axil.wvalid.eq(~w_done),
-                             axil.bready.eq(aw_done & w_done)]
-                with m.If(axil.awvalid & axil.awready):
-                    m.d.sync += aw_done.eq(1)
-                with m.If(axil.wvalid & axil.wready):
-                    m.d.sync += w_done.eq(1)
-                with m.If(axil.bready & axil.bvalid):
+                # the response comes after both AW and W were taken
+                with m.If(axil.bvalid):
                     m.d.sync += status.eq(axil.bresp)
                     m.next = "T_SYNC"
             with m.State("T_SYNC"):
-                m.d.comb += [utx.data.payload.eq(SYNC_RESPONSE), utx.data.valid.eq(1),
-                             crc_u.start.eq(1)]
-                with m.If(sent):
-                    m.next = "T_TAG"
+                m.d.comb += crc_u.start.eq(1)
+                send(SYNC_RESPONSE, "T_TAG", feed=False)
             with m.State("T_TAG"):
                 send(tag, "T_CMD")
             with m.State("T_CMD"):
                 send(cmd, "T_LEN")
             with m.State("T_LEN"):
-                send(len_out, "T_STATUS")
-                with m.If(sent & (len_out != 0)):
+                with m.If(send(len_out, "T_STATUS") & (len_out != 0)):
                     m.next = "AXI_AR"
             with m.State("AXI_AR"):
                 with m.If(status != STATUS_OK):
                     m.d.sync += rdata.eq(0)              # after an error: no read, send 0
                     m.next = "T_DATA"
                 with m.Else():
-                    m.d.comb += axil.arvalid.eq(1)
-                    with m.If(axil.arready):
-                        m.next = "AXI_R"
+                    m.d.sync += arv.eq(1)
+                    m.next = "AXI_R"
             with m.State("AXI_R"):
-                m.d.comb += axil.rready.eq(1)
                 with m.If(axil.rvalid):
                     m.d.sync += [rdata.eq(Mux(axil.rresp == 0, axil.rdata, 0)),
                                  status.eq(axil.rresp)]
                     m.next = "T_DATA"
             with m.State("T_DATA"):
-                send(rdata.word_select(nbyte, 8), "T_DATA")
-                with m.If(sent):
+                with m.If(send(rdata.word_select(nbyte, 8), "T_DATA")):
                     m.d.sync += nbyte.eq(nbyte + 1)
                     with m.If(nbyte == 3):
-                        m.d.sync += [left.eq(left - 1), addr.eq(addr + 4)]
-                        with m.If(left == 1):
+                        m.d.sync += [left.eq(left - 1), last_word.eq(left == 2),
+                                     addr.eq(addr + 4)]
+                        with m.If(last_word):
                             m.next = "T_STATUS"
                         with m.Else():
                             m.next = "AXI_AR"
             with m.State("T_STATUS"):
                 send(status, "T_CRC")
             with m.State("T_CRC"):
-                m.d.comb += [utx.data.payload.eq(crc_u.crc), utx.data.valid.eq(1)]
-                with m.If(sent):
-                    m.next = "HUNT"
+                # the transmit register is still full the cycle after STATUS was loaded,
+                # so the CRC (updated then) covers STATUS when this byte loads
+                send(crc_u.crc, "HUNT", feed=False)
         return m
