@@ -433,11 +433,14 @@ class MRCNic(wiring.Component):
         # controller probe replies: a probe-reply ACK echoing the pending EV and ts
         m.submodules.probe_reply_fifo = prf = fifo.SyncFIFOBuffered(
             width=ProbeReply.as_shape().size, depth=4)
+        # (the received ACK is registered first: the 64-bit match is not in the ACK path)
         a = rx.ack_rx
         reply = Signal(ProbeReply)
-        hit = (a.valid & a.ready & (a.payload.kind == RxKind.ACK) & pm_valid
-               & ((a.payload.ack.flags & wire.SACK_PROBE_REPLY) != 0)
-               & (a.payload.ack.ev == pm_ev) & (a.payload.ack.ts == pm_ts))
+        a_reply, a_ev, a_ts = Signal(), Signal(32), Signal(32)
+        m.d.sync += [a_reply.eq(a.valid & a.ready & (a.payload.kind == RxKind.ACK)
+                                & ((a.payload.ack.flags & wire.SACK_PROBE_REPLY) != 0)),
+                     a_ev.eq(a.payload.ack.ev), a_ts.eq(a.payload.ack.ts)]
+        hit = a_reply & pm_valid & (a_ev == pm_ev) & (a_ts == pm_ts)
         m.d.comb += [reply.index.eq(pm_index), reply.rtt_ns.eq(rel.now_ns - pm_ts),
                      prf.w_en.eq(hit), prf.w_data.eq(reply),
                      self.probe_reply.valid.eq(prf.r_rdy), self.probe_reply.payload.eq(prf.r_data),

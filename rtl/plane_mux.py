@@ -48,7 +48,11 @@ class PlaneMux(wiring.Component):
     Between frames the grant goes to the first valid source after the one that
     sent the last frame (round robin, so no source waits more than
     ``inputs - 1`` frames); once the granted source's first beat is presented
-    the grant is held until its ``tlast`` beat is taken.  The granted source's
+    the grant is held until its ``tlast`` beat is taken.  The grant is a register
+    (the sources' ``tready`` depends on no ``tvalid``): it moves to the next valid source
+    in the cycle a frame's ``tlast`` beat is taken, or -- between frames -- in a cycle the
+    granted source is idle, so a source that wakes up while another one is granted but
+    idle waits one cycle.  The granted source's
     beats enter a 2-entry ``amaranth.lib.fifo.SyncFIFO`` (first-word fall-through)
     that drives ``m_axis`` and ``source``: one cycle of latency, and both
     directions are cut at flip-flops (``m_axis.tvalid``/``tdata`` come from the FIFO,
@@ -80,19 +84,18 @@ class PlaneMux(wiring.Component):
         srcs = [getattr(self, f"s_axis_{i}") for i in range(n)]
         out = self.m_axis
 
-        busy = Signal()                       # inside a frame: the grant is held
-        held = Signal(range(n))               # the source of the frame in progress
-        last = Signal(range(n), init=n - 1)   # the source of the previous frame
-        grant = Signal(range(n))
+        # ``grant`` is a register: the sources' ``tready`` never depends on any ``tvalid``.
+        grant = Signal(range(n))              # the source whose beats go to the FIFO
+        mid = Signal()                        # inside a frame of ``grant``: the grant is held
 
-        # Round robin between frames: the first valid source after ``last``.
+        # Round robin: the first valid source after ``grant`` (``grant`` itself if none).
         # Written from the farthest candidate to the nearest so the nearest wins.
         pick = Signal(range(n))
-        for k in reversed(range(1, n + 1)):
+        m.d.comb += pick.eq(grant)
+        for k in reversed(range(1, n)):
             for j in range(n):
-                with m.If((last == j) & srcs[(j + k) % n].tvalid):
+                with m.If((grant == j) & srcs[(j + k) % n].tvalid):
                     m.d.comb += pick.eq((j + k) % n)
-        m.d.comb += grant.eq(Mux(busy, held, pick))
 
         # the output register: a 2-entry first-word-fall-through FIFO of beats and their source
         beat = data.StructLayout({"tdata": self._width, "tkeep": self._width // 8, "tlast": 1,
@@ -101,9 +104,10 @@ class PlaneMux(wiring.Component):
         w, r = beat(q.w_data), beat(q.r_data)
         a_valid, a_last = Signal(), Signal()            # the granted source's beat
         for i, s in enumerate(srcs):
+            m.d.comb += s.tready.eq(q.w_rdy & (grant == i))
             with m.If(grant == i):
                 m.d.comb += [w.tdata.eq(s.tdata), w.tkeep.eq(s.tkeep), a_last.eq(s.tlast),
-                             a_valid.eq(s.tvalid), s.tready.eq(q.w_rdy)]
+                             a_valid.eq(s.tvalid)]
             counter = getattr(self, f"frames_{i}")
             with m.If((grant == i) & s.tvalid & q.w_rdy & s.tlast):
                 m.d.sync += counter.eq(counter + 1)
@@ -111,11 +115,12 @@ class PlaneMux(wiring.Component):
                      out.tdata.eq(r.tdata), out.tkeep.eq(r.tkeep), out.tlast.eq(r.tlast),
                      out.tvalid.eq(q.r_rdy), q.r_en.eq(out.tready), self.source.eq(r.source)]
 
-        # Once a beat is presented the grant is held (AXI-Stream: tdata may not change while
-        # tvalid waits for tready) until the frame's tlast beat is taken.
-        with m.If(a_valid):
-            with m.If(q.w_rdy & a_last):
-                m.d.sync += [busy.eq(0), last.eq(grant)]
-            with m.Else():
-                m.d.sync += [busy.eq(1), held.eq(grant)]
+        # The grant moves on after a frame's tlast beat is taken, or between frames while the
+        # granted source has nothing to send; it never moves inside a frame.
+        with m.If(a_valid & q.w_rdy):
+            m.d.sync += mid.eq(~a_last)
+            with m.If(a_last):
+                m.d.sync += grant.eq(pick)
+        with m.Elif(~mid & ~a_valid):
+            m.d.sync += grant.eq(pick)
         return m
