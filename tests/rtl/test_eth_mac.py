@@ -152,6 +152,18 @@ def payload_lengths(rng):
 
 # ------------------------------------------------------------------------------ cocotb
 
+async def recv_exact(tb, frames):
+    """One wire frame per entry of ``frames``, in order: byte-exact wire image (preamble,
+    padding, FCS), good FCS, no error symbol.  Returns the cocotbext-eth GmiiFrames."""
+    got = []
+    for f in frames:
+        rx = await with_timeout(tb.phy.tx.recv(), 200, "us")
+        assert bytes(rx.data) == wire_image(f), f"frame of {len(f)} bytes differs"
+        assert rx.check_fcs() and not any(rx.error or [])
+        got.append(rx)
+    return got
+
+
 @cocotb.test()
 async def run_tx(dut):
     """NIC -> wire: 60..1514-byte frames and short frames (padded), back to back, stalls."""
@@ -163,12 +175,8 @@ async def run_tx(dut):
     rng.shuffle(frames)
     for f in frames:
         await tb.source.send(AxiStreamFrame(f))
-    got = []
-    for f in frames:
-        rx = await with_timeout(tb.phy.tx.recv(), 200, "us")
-        got.append(rx)
-        assert bytes(rx.data) == wire_image(f), f"frame of {len(f)} bytes differs"
-        assert rx.check_fcs() and not any(rx.error or [])
+    got = await recv_exact(tb, frames)
+    for f, rx in zip(frames, got):
         payload = bytes(rx.get_payload())
         assert bytes(Ether(payload))[:len(f)] == f            # Scapy parses it back
     # interframe gap: at least 12 idle byte times between consecutive frames
@@ -205,12 +213,7 @@ async def run_tx_line_rate(dut):
     frames = [scapy_frame(rng, n) for n in lengths]
     for f in frames:
         await tb.source.send(AxiStreamFrame(f))
-    got = []
-    for f in frames:
-        rx = await with_timeout(tb.phy.tx.recv(), 200, "us")
-        got.append(rx)
-        assert bytes(rx.data) == wire_image(f), f"frame of {len(f)} bytes differs"
-        assert rx.check_fcs() and not any(rx.error or [])
+    got = await recv_exact(tb, frames)
     gaps = [b.sim_time_start - a.sim_time_end for a, b in itertools.pairwise(got)]
     assert all(get_sim_steps(12 * RGMII_NS, "ns") <= g <= get_sim_steps(13 * RGMII_NS, "ns")
                for g in gaps), gaps
