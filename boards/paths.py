@@ -20,7 +20,9 @@ nextpnr's routed report is the authority (``mrcnic build``'s JSON).  All clocks 
 treated as one (an asynchronous FIFO's crossing shows up as a path).
 
 Each report row groups the endpoints over the budget by start register (net name, with
-the Amaranth hierarchy) and endpoint source line, and shows the worst path's nets.
+the Amaranth hierarchy) and endpoint source line, and shows the worst path's nets.  Exit
+status: 0 when nothing is over the budget, 1 when something is, 2 for an unreadable
+netlist.
 """
 
 import argparse
