@@ -192,6 +192,16 @@ class TB:
         assert got_ack == ([ack] if ack else []), (p["psn"], got_ack, ack)
         return place, cpls, ack
 
+    def expected(self, order):
+        """The models' PlaceCmds, completions and ACKs for packets ``order`` (in order)."""
+        places, cpls, acks = [], [], []
+        for p in order:
+            place, c, ack = self.models[p["qp"]].packet(p)
+            places += [place] if place else []
+            cpls += c
+            acks += [ack] if ack else []
+        return places, cpls, acks
+
     def check_counters(self):
         total = {}
         for model in self.models.values():
@@ -341,12 +351,7 @@ async def run_stream(dut):
     rnd.shuffle(b)
     order = [p for pair in zip(a, b) for p in pair]
     order += [dict(p) for p in rnd.sample(order, 6)]        # trailing duplicates
-    expect_places, expect_cpls, expect_acks = [], [], []
-    for p in order:
-        place, cpls, ack = tb.models[p["qp"]].packet(p)
-        expect_places.append(place)
-        expect_cpls += cpls
-        expect_acks += [ack] if ack else []
+    expect_places, expect_cpls, expect_acks = tb.expected(order)
     t0 = tb.cycle
     for p in order:
         await tb.send(p)
@@ -388,12 +393,7 @@ async def run_gaps(dut):
         order.insert(k, rx(order[k]["psn"] + 2000, qp=order[k]["qp"]))
         order.insert(k, rx(0, qp=order[k]["qp"], kind=RxKind.PROBE, ts=k))
         order.insert(k, rx(order[k]["psn"] + 1, qp=order[k]["qp"], trimmed=1, ev=k))
-    expect_places, expect_cpls, expect_acks = [], [], []
-    for p in order:
-        place, cpls, ack = tb.models[p["qp"]].packet(p)
-        expect_places += [place] if place else []
-        expect_cpls += cpls
-        expect_acks += [ack] if ack else []
+    expect_places, expect_cpls, expect_acks = tb.expected(order)
     for p in order:
         await tb.send(p)
         await ClockCycles(dut.clk, rnd.choice((0, 1, 2, 3, 4, 6, 9)))
