@@ -10,7 +10,7 @@ frames when inputs are waiting.
 Source: ARM IHI 0051A (AMBA 4 AXI4-Stream, packet boundaries on ``tlast``).
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 

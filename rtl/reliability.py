@@ -531,7 +531,7 @@ class SenderReliability(wiring.Component):
         s2 = Signal(stage)
         m.d.sync += [r0.eq(s0), s1.eq(r0), s2.eq(s1)]
         r0_op, r0_qp, r0_psn, r0_addr = r0.op, r0.qp, r0.psn, r0.addr
-        s1_op, s1_qp, s1_psn, s1_sent, s1_addr = s1.op, s1.qp, s1.psn, s1.sent, s1.addr
+        s1_op, s1_qp, s1_sent, s1_addr = s1.op, s1.qp, s1.sent, s1.addr
         s2_op, s2_qp, s2_psn, s2_sent, s2_addr = s2.op, s2.qp, s2.psn, s2.sent, s2.addr
         m.d.comb += sl_r.addr.eq(r0_addr)
         s2_new_ok = Signal()              # a new SentInfo that was accepted

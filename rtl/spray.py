@@ -230,7 +230,6 @@ class SprayScheduler(wiring.Component):
         depth = self.depth
         n_grp = depth // 16
         gbits = max(1, (n_grp - 1).bit_length())      # group number width
-        abits = (depth - 1).bit_length()
         two = self.clients == 2
         reqs = [self.req] + ([self.req_1] if two else [])
         decs = [self.decision] + ([self.decision_1] if two else [])
