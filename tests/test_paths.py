@@ -3,6 +3,7 @@
 import json
 import subprocess
 
+import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
@@ -85,8 +86,7 @@ def test_groups_and_command_line(tmp_path, capsys):
 def test_bad_netlist_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"modules": {}}))
-    try:
+    with pytest.raises(SystemExit) as exc:
         main([str(bad)])
-    except SystemExit as exc:
-        assert exc.code == 2
+    assert exc.value.code == 2
     assert "no top module" in capsys.readouterr().err
