@@ -17,13 +17,13 @@ See ``docs/boards.md`` for flashing and wiring.
 """
 
 from amaranth.build import Attrs, Pins, PinsN, Resource, Subsignal
-from amaranth.hdl import ClockDomain, ClockSignal, Instance, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Instance, ResetSignal, Signal
 from amaranth.lib import io
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 
 from .common import NicBoardTop
 
-__all__ = ["ColorlightNicTop", "colorlight_platform", "ecp5_pll_125"]
+__all__ = ["ColorlightNicTop", "colorlight_platform", "ecp5_pll_125", "ecp5_global_reset"]
 
 DEVICE = "LFE5U-25F"
 
@@ -53,6 +53,25 @@ def ecp5_pll_125(m, clk_in, *, in_mhz, name="pll"):
         o_CLKOP=clk_out, o_LOCK=locked,
     )
     return clk_out, locked
+
+
+def ecp5_global_reset(m, arst, *, domain="sync"):
+    """Reset ``domain`` from ``arst`` through a synchroniser and an ECP5 global buffer (``DCCA``).
+
+    ``arst`` (1 bit, asynchronous, active high) asserts the domain's reset at once and
+    releases it on the domain's clock after two flip-flops (as ``ResetSynchronizer``).
+    The synchroniser's output then drives ``ResetSignal(domain)`` through a ``DCCA``, so
+    nextpnr routes it on a global network: the NIC's reset reaches ~15 000 flip-flop
+    ``LSR`` pins, and as a fabric net it crossed the whole chip on general routing (the
+    largest net in the design; routing congestion and a long reset path).  nextpnr-ecp5
+    promotes only clock nets by itself; a net driven by a ``DCCA`` is routed on one of
+    the 8 globals that reach the fabric (3 are used by the board's clocks).
+    """
+    raw = Signal(name=f"{domain}_rst_local")
+    m.submodules[f"{domain}_rst_sync"] = AsyncFFSynchronizer(arst, raw, o_domain=domain,
+                                                             async_edge="pos")
+    m.submodules[f"{domain}_rst_dcc"] = Instance("DCCA", i_CLKI=raw, i_CE=1,
+                                                 o_CLKO=ResetSignal(domain))
 
 
 def _rgmii(n, tx_clk, tx_ctl, tx_data, rx_clk, rx_ctl, rx_data, io_type="LVCMOS33"):
@@ -98,7 +117,7 @@ class ColorlightNicTop(NicBoardTop):
         m.domains.sync = ClockDomain("sync")
         m.domains.eth_tx = ClockDomain("eth_tx")
         m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
-        m.submodules.sync_rst = ResetSynchronizer(~locked, domain="sync")
+        ecp5_global_reset(m, ~locked, domain="sync")
         m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
         return locked
 

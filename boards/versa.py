@@ -18,7 +18,7 @@ from amaranth.hdl import ClockDomain, ClockSignal
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 
-from .colorlight import ecp5_pll_125
+from .colorlight import ecp5_global_reset, ecp5_pll_125
 from .common import NicBoardTop
 
 __all__ = ["VersaNicTop", "versa_platform"]
@@ -66,7 +66,7 @@ class VersaNicTop(NicBoardTop):
         m.domains.sync = ClockDomain("sync")
         m.domains.eth_tx = ClockDomain("eth_tx")
         m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
-        m.submodules.sync_rst = ResetSynchronizer(~locked, domain="sync")
+        ecp5_global_reset(m, ~locked, domain="sync")
         m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
         return locked
 
