@@ -126,7 +126,12 @@ class HostMemory(wiring.Component):
         m.submodules.mem = mem = Memory(shape=64, depth=self.words, init=[],
                                         attrs={"no_rw_check": 1})
         wp = mem.write_port(granularity=8)
-        rp = mem.read_port(transparent_for=())
+        # an asynchronous port and an explicit read register (``rd1``): Yosys honours
+        # ``no_rw_check`` only when it merges such a register into the port, a synchronous
+        # non-transparent port gets read-first emulation (a delayed write, an address compare
+        # and a bypass multiplexer behind the EBR, the block RAM's output no longer feeding
+        # ``q`` directly).  Same behaviour: ``rd1`` is the word before a same-cycle write.
+        rp = mem.read_port(domain="comb")
 
         def in_range(byte_addr):
             return byte_addr[3 + aw:] == 0
@@ -137,17 +142,17 @@ class HostMemory(wiring.Component):
         r_busy, r_addr, r_cnt = Signal(), Signal(32), Signal(8)
         v1, last1, err1 = Signal(), Signal(), Signal()      # stage 1: an AXI beat is being read
         w1, w2 = Signal(), Signal()                          # stage 1 / 2: a window read
+        rd1 = Signal(64, reset_less=True)   # the EBR's read register (no reset: see ebr_outreg)
         q, err2 = Signal(64), Signal()
         adv = ~a.rvalid | a.rready
         issue = adv & r_busy
         m.d.comb += [
             a.arready.eq(~r_busy & ~self.win_re),
             rp.addr.eq(r_addr[3:3 + aw]),
-            rp.en.eq(adv),
             a.rdata.eq(Mux(err2, 0, q)),
         ]
         with m.If(adv):
-            m.d.sync += [q.eq(rp.data), a.rvalid.eq(v1), a.rlast.eq(last1), err2.eq(err1),
+            m.d.sync += [rd1.eq(rp.data), q.eq(rd1), a.rvalid.eq(v1), a.rlast.eq(last1), err2.eq(err1),
                          a.rresp.eq(Mux(err1, SLVERR, OKAY)), w2.eq(w1),
                          v1.eq(issue), w1.eq(0)]
         with m.If(issue):
@@ -172,18 +177,26 @@ class HostMemory(wiring.Component):
             m.d.sync += [w1.eq(1), win_sel_hi.eq(self.win_addr[0])]
 
         # ---- write engine ----------------------------------------------------------------
+        # A W beat is taken into a register (word address, data, byte enables) and written
+        # to the EBR the cycle after: the manager's W channel logic ends at flip-flops, not
+        # at the block RAM's write-enable pins.  The burst's B response comes with that
+        # write cycle (bvalid is set at the edge that registers the last beat), so a read
+        # after the response sees the data; the window write waits while bvalid is high.
         w_busy, w_addr, w_err = Signal(), Signal(32), Signal()
+        wq_addr, wq_data, wq_en = Signal(aw), Signal(64), Signal(8)
         m.d.comb += [
             a.awready.eq(~w_busy & ~a.bvalid & ~self.win_we),
             a.wready.eq(w_busy),
-            wp.addr.eq(w_addr[3:3 + aw]),
-            wp.data.eq(a.wdata),
+            wp.addr.eq(wq_addr),
+            wp.data.eq(wq_data),
+            wp.en.eq(wq_en),
         ]
+        m.d.sync += [wq_en.eq(0), wq_addr.eq(w_addr[3:3 + aw]), wq_data.eq(a.wdata)]
         with m.If(a.awvalid & a.awready):
             m.d.sync += [w_busy.eq(1), w_addr.eq(a.awaddr), w_err.eq(0), a.bid.eq(a.awid)]
         with m.If(a.wvalid & a.wready):
             with m.If(in_range(w_addr)):
-                m.d.comb += wp.en.eq(a.wstrb)
+                m.d.sync += wq_en.eq(a.wstrb)
             m.d.sync += [w_addr.eq(w_addr + 8), w_err.eq(w_err | ~in_range(w_addr))]
             with m.If(a.wlast):
                 m.d.sync += [w_busy.eq(0), a.bvalid.eq(1),
@@ -207,15 +220,27 @@ class HostMemory(wiring.Component):
 class AxilSplit(wiring.Component):
     """AXI4-Lite 1-to-2 split by address: ``m0`` below ``BOARD_BASE``, ``m1`` from it on.
 
+    A registered split (ARM IHI 0022E, AXI4-Lite handshakes on both sides): every output
+    comes from a flip-flop or a gate of flip-flops, so neither the manager's nor the
+    subordinates' handshake logic runs through the other side's.
+
     Attributes
     ----------
     s_axil : In(Axi4LiteSignature(16, 32))
-        From the UART bridge (one transaction at a time; AW and W held together).
+        From the UART bridge.  ``awready`` / ``wready`` / ``arready`` are high while the
+        split holds no AW / W / AR of its own (one write and one read at a time; AW and W
+        may come in either order or together).
     m0_axil, m1_axil : Out(Axi4LiteSignature(16, 32))
         The CSR bank (offsets ``0x0000..0x07FF``) and the board registers (``0x0800..``).
+        Address, data and strobes come from the split's registers, ``*valid`` and
+        ``bready`` / ``rready`` from flip-flops of their own per subordinate.
 
-    The write target is chosen from ``awaddr`` and kept until the B handshake; the
-    read target from ``araddr`` until the R handshake.  Zero latency.
+    Latency: AW, W and AR reach the subordinate the cycle after the split takes them
+    (a write: the cycle after both AW and W are taken); B and R are registered (the
+    response is on ``s_axil`` the cycle after the subordinate's handshake) and held until
+    ``bready`` / ``rready``; the split takes the next AW / W / AR the cycle after that.
+    The target is decoded from the address as it is taken (``awaddr`` / ``araddr`` bits
+    15:11 not all 0: ``m1``).
     """
 
     def __init__(self):
@@ -225,42 +250,56 @@ class AxilSplit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        s, m0, m1 = self.s_axil, self.m0_axil, self.m1_axil
-        w_hold, w_sel = Signal(), Signal()
-        r_hold, r_sel = Signal(), Signal()
-        hi = BOARD_BASE.bit_length() - 1                # BOARD_BASE is a power of two:
-        aw_hi = s.awaddr[hi:].any()                     # address >= BOARD_BASE
-        ar_hi = s.araddr[hi:].any()
-        w_now = Mux(w_hold, w_sel, aw_hi)
-        r_now = Mux(r_hold, r_sel, ar_hi)
-        with m.If(s.awvalid & ~w_hold):
-            m.d.sync += [w_hold.eq(1), w_sel.eq(aw_hi)]
+        s, subs = self.s_axil, (self.m0_axil, self.m1_axil)
+        hi = BOARD_BASE.bit_length() - 1                # BOARD_BASE is a power of two
+
+        # ---- write: AW and W latches, then the selected subordinate, then B --------------
+        aw_got, w_got, w_issued = Signal(), Signal(), Signal()
+        w_sel = Signal()
+        awaddr, awprot = Signal(16), Signal(3)
+        wdata, wstrb = Signal(32), Signal(4)
+        awv, wv, brdy = Signal(2), Signal(2), Signal(2)     # per subordinate
+        m.d.comb += [s.awready.eq(~aw_got), s.wready.eq(~w_got)]
+        with m.If(s.awvalid & ~aw_got):
+            m.d.sync += [aw_got.eq(1), awaddr.eq(s.awaddr), awprot.eq(s.awprot),
+                         w_sel.eq(s.awaddr[hi:].any())]
+        with m.If(s.wvalid & ~w_got):
+            m.d.sync += [w_got.eq(1), wdata.eq(s.wdata), wstrb.eq(s.wstrb)]
+        with m.If(aw_got & w_got & ~w_issued):          # both held: issue to the target
+            m.d.sync += [w_issued.eq(1), awv.eq(Mux(w_sel, 0b10, 0b01)),
+                         wv.eq(Mux(w_sel, 0b10, 0b01)), brdy.eq(Mux(w_sel, 0b10, 0b01))]
+        for i, sub in enumerate(subs):
+            m.d.comb += [sub.awaddr.eq(awaddr), sub.awprot.eq(awprot), sub.awvalid.eq(awv[i]),
+                         sub.wdata.eq(wdata), sub.wstrb.eq(wstrb), sub.wvalid.eq(wv[i]),
+                         sub.bready.eq(brdy[i])]
+            with m.If(sub.awready & awv[i]):
+                m.d.sync += awv[i].eq(0)
+            with m.If(sub.wready & wv[i]):
+                m.d.sync += wv[i].eq(0)
+            with m.If(sub.bvalid & brdy[i]):
+                m.d.sync += [brdy[i].eq(0), s.bvalid.eq(1), s.bresp.eq(sub.bresp)]
         with m.If(s.bvalid & s.bready):
-            m.d.sync += w_hold.eq(0)
-        with m.If(s.arvalid & ~r_hold):
-            m.d.sync += [r_hold.eq(1), r_sel.eq(ar_hi)]
+            m.d.sync += [s.bvalid.eq(0), aw_got.eq(0), w_got.eq(0), w_issued.eq(0)]
+
+        # ---- read: AR latch, the selected subordinate, then R ----------------------------
+        ar_got = Signal()
+        araddr, arprot = Signal(16), Signal(3)
+        arv, rrdy = Signal(2), Signal(2)
+        m.d.comb += s.arready.eq(~ar_got)
+        with m.If(s.arvalid & ~ar_got):
+            sel = Mux(s.araddr[hi:].any(), 0b10, 0b01)
+            m.d.sync += [ar_got.eq(1), araddr.eq(s.araddr), arprot.eq(s.arprot),
+                         arv.eq(sel), rrdy.eq(sel)]
+        for i, sub in enumerate(subs):
+            m.d.comb += [sub.araddr.eq(araddr), sub.arprot.eq(arprot), sub.arvalid.eq(arv[i]),
+                         sub.rready.eq(rrdy[i])]
+            with m.If(sub.arready & arv[i]):
+                m.d.sync += arv[i].eq(0)
+            with m.If(sub.rvalid & rrdy[i]):
+                m.d.sync += [rrdy[i].eq(0), s.rvalid.eq(1), s.rdata.eq(sub.rdata),
+                             s.rresp.eq(sub.rresp)]
         with m.If(s.rvalid & s.rready):
-            m.d.sync += r_hold.eq(0)
-        for i, sub in enumerate((m0, m1)):
-            wsel = w_now == i
-            rsel = r_now == i
-            m.d.comb += [
-                sub.awaddr.eq(s.awaddr), sub.awprot.eq(s.awprot), sub.awvalid.eq(s.awvalid & wsel),
-                sub.wdata.eq(s.wdata), sub.wstrb.eq(s.wstrb), sub.wvalid.eq(s.wvalid & wsel),
-                sub.bready.eq(s.bready & wsel),
-                sub.araddr.eq(s.araddr), sub.arprot.eq(s.arprot), sub.arvalid.eq(s.arvalid & rsel),
-                sub.rready.eq(s.rready & rsel),
-            ]
-        m.d.comb += [
-            s.awready.eq(Mux(w_now, m1.awready, m0.awready)),
-            s.wready.eq(Mux(w_now, m1.wready, m0.wready)),
-            s.bvalid.eq(Mux(w_now, m1.bvalid, m0.bvalid)),
-            s.bresp.eq(Mux(w_now, m1.bresp, m0.bresp)),
-            s.arready.eq(Mux(r_now, m1.arready, m0.arready)),
-            s.rvalid.eq(Mux(r_now, m1.rvalid, m0.rvalid)),
-            s.rdata.eq(Mux(r_now, m1.rdata, m0.rdata)),
-            s.rresp.eq(Mux(r_now, m1.rresp, m0.rresp)),
-        ]
+            m.d.sync += [s.rvalid.eq(0), ar_got.eq(0)]
         return m
 
 
@@ -279,7 +318,9 @@ class BoardRegs(wiring.Component):
     m_wr : Out(stream.Signature(WorkRequest))
         ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
     s_cpl : In(stream.Signature(Completion))
-        Receive completions into a 16-entry FIFO, popped by reading ``CPL_DATA1``.
+        Receive completions into a 16-entry FIFO (through an input register: a completion
+        is counted in ``BOARD_STATUS`` one cycle after it is taken; ``ready`` is a
+        flip-flop, low while 13 or more are queued), popped by reading ``CPL_DATA1``.
     counters : In(ArrayLayout(32, 14))
         MAC 0 then MAC 1 frame counters, in ``BOARD_REGS`` order.
     nic_stats : In(ArrayLayout(32, 5))
@@ -307,10 +348,20 @@ class BoardRegs(wiring.Component):
         m = Module()
         s = self.s_axil
         # the completion FIFO: distributed RAM, read asynchronously (the read data is
-        # registered into ``rdata``)
-        m.submodules.cpl_fifo = cf = fifo.SyncFIFO(width=Completion.as_shape().size, depth=16)
-        m.d.comb += [cf.w_data.eq(self.s_cpl.payload.as_value()), cf.w_en.eq(self.s_cpl.valid),
-                     self.s_cpl.ready.eq(cf.w_rdy)]
+        # registered into ``rdata``).  A completion is taken into a register first and
+        # written into the FIFO the cycle after (the NIC's valid logic ends at flip-flops);
+        # ``s_cpl.ready`` is a flip-flop: room for this completion, the one in the register
+        # and the one taken in the previous cycle (FIFO level <= depth - 3 a cycle ago).
+        cpl_depth = 16
+        m.submodules.cpl_fifo = cf = fifo.SyncFIFO(width=Completion.as_shape().size,
+                                                   depth=cpl_depth)
+        cq_valid, cq_data = Signal(), Signal(Completion.as_shape().size)
+        cpl_room = Signal()
+        m.d.sync += [cpl_room.eq(cf.level <= cpl_depth - 3),
+                     cq_valid.eq(self.s_cpl.valid & cpl_room),
+                     cq_data.eq(self.s_cpl.payload.as_value())]
+        m.d.comb += [cf.w_data.eq(cq_data), cf.w_en.eq(cq_valid),
+                     self.s_cpl.ready.eq(cpl_room)]
         wr_words = Signal(data.ArrayLayout(32, 7))
         m.d.comb += self.m_wr.payload.eq(wr_words.as_value()[:WorkRequest.as_shape().size])
         with m.If(self.m_wr.valid & self.m_wr.ready):

@@ -47,9 +47,9 @@ class CsrBank(wiring.Component):
     one cycle later (a table command answers after the entry has moved, see
     below).  A read is accepted only while no complete write is waiting to
     execute; the read address is registered, the register is sampled in the
-    next cycle (the cycle after that with ``external`` registers) and
-    ``rvalid`` follows two cycles after the sample (3 cycles after the AR
-    handshake, 4 with ``external``).  Responses hold until ``bready`` /
+    next cycle (:attr:`EXT_LATENCY` = 2 cycles later with ``external``
+    registers) and ``rvalid`` follows two cycles after the sample (3 cycles
+    after the AR handshake, 5 with ``external``).  Responses hold until ``bready`` /
     ``rready``.  Address bits 1:0 are ignored; byte strobes are honoured.
     For the first 16..64 cycles after reset (the depth of the RW readback copy,
     which is rewritten with the reset values meanwhile) no transaction is
@@ -150,7 +150,8 @@ class CsrBank(wiring.Component):
         being read, valid from the cycle after the AR handshake to ``rvalid``.
     ext_rd_data : In(32)
         With ``external``: value of the ``external`` register at ``rd_addr``,
-        sampled the second cycle after the AR handshake.
+        sampled the third cycle after the AR handshake (``rd_addr`` is valid
+        :attr:`EXT_LATENCY` = 2 cycles before: the keeper may register twice).
     irq : Out(1)
         OR of ``IRQ_STATUS & IRQ_ENABLE`` (fields matched by name).
     """
@@ -317,10 +318,10 @@ class CsrBank(wiring.Component):
                     m.d.comb += getattr(self, f"{t.name}_w_data").eq(words[:t.width])
             tw = {"wait": Signal(range(self.table_read_latency + 1), name="tbl_wait"), "shadow": sh,
                   "oob": Signal(name="tbl_oob")}
-            # TBL_INDEX >= the selected table's depth, registered (a TBL_CMD write comes at
-            # least two cycles after the TBL_SELECT / TBL_INDEX write it depends on)
-            m.d.sync += tw["oob"].eq(Cat(*((sel == t.id.value) & (index >= t.depth)
-                                           for t in rm.tables)).any())
+            # TBL_INDEX >= the selected table's depth (a flag per table: the high index bits
+            # set, no compare); registered into the command's decision, see _table_cmd
+            m.d.comb += tw["oob"].eq(Cat(*((sel == t.id.value) & (index >= t.depth)
+                                           for t in rm.tables if t.depth < 256)).any())
 
         # ---- AW / W latches --------------------------------------------------------------
         aw_full, w_full = Signal(), Signal()
@@ -336,7 +337,8 @@ class CsrBank(wiring.Component):
 
         # ---- read side: registered word address, mux tree, separate full decode ----------
         ar_word = Signal(abits)
-        rd_wait = Signal()                  # with external registers: one more cycle
+        # with external registers: EXT_LATENCY more cycles (rd_addr to the sample)
+        rd_wait = Signal(range(self.EXT_LATENCY + 1))
         sample = Signal()                   # this cycle samples the register at ar_word
         mapped = {r.offset >> 2: r for r in rm.registers}
         # the tree in two registered stages: its subtrees (sample cycle), then its top
@@ -350,13 +352,16 @@ class CsrBank(wiring.Component):
         rvalue = top(grp_q)
         if sh is not None:
             rvalue = Mux(sh["hit_r"], sh_q, rvalue)
-        # "a register at this word": per group of 16 words a registered flag (sample
-        # cycle), their OR the cycle after (a flat compare against every word is too deep)
+        # "a register at this word": per group of 16 words a registered flag, their OR the
+        # cycle after (a flat compare against every word is too deep): in the sample cycle and
+        # the next, or with external registers in the two READ cycles that wait (hit_q is
+        # then a flip-flop and the READ2 multiplexer is shallower)
         rd_hit_grp = self._hit_groups(ar_word, mapped, "rd_hitg")
         rd_hit_q = Signal(len(rd_hit_grp), name="rd_hit_grp")
-        m.d.comb += hit_q.eq(rd_hit_q.any())
+        if not self.external:
+            m.d.comb += hit_q.eq(rd_hit_q.any())
         # pop strobes from flip-flops, set the cycle before the sample: at the AR handshake
-        # (from araddr), or with external registers in the READ cycle that waits
+        # (from araddr), or with external registers in the last READ cycle that waits
         pops = [r for r in rm.registers if r.read_strobe]
         for r in pops:
             m.d.sync += getattr(self, r.name.lower() + "_rd_stb").eq(0)
@@ -374,6 +379,16 @@ class CsrBank(wiring.Component):
         if self.table_serial:
             write_ready = write_ready & ~self.busy
 
+        def sh_index(word):
+            """Index in the RW readback copy of the register at ``word`` (don't care else)."""
+            ws = sorted(sh["index"].items(), key=lambda kv: kv[1])
+            return self._mux_tree(word, [(rm[n].offset >> 2, Const(i, len(sh["idx_r"])))
+                                         for n, i in ws])
+
+        # The copy's read address (idx_r) is set from araddr at the AR handshake, or, with
+        # external registers (whose wait cycles leave time), from the registered ar_word in
+        # the READ cycles that wait; "the word is in the copy" (hit_r) is registered in the
+        # sample cycle, from ar_word.
         with m.FSM():
             with m.State("IDLE"):
                 if rm.tables and self.table_serial:     # word 0 of a serial table write
@@ -386,17 +401,13 @@ class CsrBank(wiring.Component):
                 with m.Elif(~(aw_full & w_full) & ~closed):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
-                        m.d.sync += [ar_word.eq(axil.araddr[2:]), rd_wait.eq(bool(self.external))]
+                        m.d.sync += [ar_word.eq(axil.araddr[2:]),
+                                     rd_wait.eq(self.EXT_LATENCY if self.external else 0)]
                         if not self.external:
                             m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
                                 axil.araddr[2:] == r.offset >> 2) for r in pops]
-                        if sh is not None:
-                            ws = sorted(sh["index"].items(), key=lambda kv: kv[1])
-                            m.d.sync += [
-                                sh["idx_r"].eq(self._mux_tree(axil.araddr[2:], [
-                                    (rm[n].offset >> 2, Const(i, len(sh["idx_r"]))) for n, i in ws])),
-                                sh["hit_r"].eq(Cat(*(axil.araddr[2:] == rm[n].offset >> 2
-                                                     for n, _ in ws)).any())]
+                        if sh is not None and not self.external:
+                            m.d.sync += sh["idx_r"].eq(sh_index(axil.araddr[2:]))
                         m.next = "READ"
             with m.State("WRITE"):
                 m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
@@ -411,16 +422,24 @@ class CsrBank(wiring.Component):
                 with m.If(~aw_hit_grp.any()):      # no register at aw_addr
                     m.d.sync += axil.bresp.eq(SLVERR)
             with m.State("READ"):
-                with m.If(rd_wait):
-                    m.d.sync += rd_wait.eq(0)
-                    m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
-                        ar_word == r.offset >> 2) for r in pops]
+                with m.If(rd_wait != 0):
+                    m.d.sync += rd_wait.eq(rd_wait - 1)
+                    if sh is not None:      # the RW copy's word, from the registered address
+                        m.d.sync += sh["idx_r"].eq(sh_index(ar_word))
+                    if self.external:       # (EXT_LATENCY >= 2 wait cycles)
+                        m.d.sync += [rd_hit_q.eq(rd_hit_grp), hit_q.eq(rd_hit_q.any())]
+                    with m.If(rd_wait == 1):        # the cycle before the sample
+                        m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
+                            ar_word == r.offset >> 2) for r in pops]
                 with m.Else():
                     m.d.comb += sample.eq(1)
                     m.d.sync += [g.eq(self._mux_tree(ar_word, ents)) for g, ents in zip(grp_q, groups)]
-                    m.d.sync += rd_hit_q.eq(rd_hit_grp)
+                    if not self.external:
+                        m.d.sync += rd_hit_q.eq(rd_hit_grp)
                     if sh is not None:
-                        m.d.sync += sh_q.eq(sh["rd_data"])
+                        m.d.sync += [sh_q.eq(sh["rd_data"]),
+                                     sh["hit_r"].eq(Cat(*(ar_word == rm[n].offset >> 2
+                                                          for n in sh["index"])).any())]
                     m.next = "READ2"
             with m.State("READ2"):
                 m.d.sync += [axil.rvalid.eq(1),
@@ -504,6 +523,11 @@ class CsrBank(wiring.Component):
     #: levels of the read multiplexer tree in the second (registered) read stage
     RD_SPLIT = 3
 
+    #: With ``external`` registers: cycles from ``rd_addr`` valid (the cycle after the AR
+    #: handshake) to the sample of ``ext_rd_data`` (room for a registered select and a
+    #: registered sum in the keeper).
+    EXT_LATENCY = 2
+
     @staticmethod
     def _mux_split(addr, entries, levels):
         """The tree of :meth:`_mux_tree` cut below its top ``levels`` levels: returns the
@@ -558,25 +582,25 @@ class CsrBank(wiring.Component):
         nw = rm.data_words
         wcnt = Signal(range(nw), name="tbl_wcnt")
         cap, cap_k = Signal(name="tbl_cap"), Signal(range(nw), name="tbl_cap_k")
+        # the selected table's word count, last word index and the record bits of its last
+        # word, registered from TBL_SELECT (a TBL_CMD write comes at least two cycles after
+        # the TBL_SELECT write it depends on): word wcnt's mask is all ones before the last
+        # word, ``last_mask`` at it, 0 beyond (a compare of wcnt, not a table lookup)
         t_words = Signal(range(nw + 1), name="tbl_words")     # words of the selected table
+        last_k = Signal(range(nw), name="tbl_last_k")
+        last_mask = Signal(32, name="tbl_last_mask")
         with m.Switch(sel):
             for t in rm.tables:
                 with m.Case(t.id.value):
-                    m.d.comb += t_words.eq(t.words)
-        # record bits of word wcnt of the selected table, and whether the table has that
-        # word: constant tables looked up by (sel, wcnt) (flat, no case chain)
-        kb = len(wcnt)
-        masks, oks = 0, 0
-        for t in rm.tables:
-            for k in range(min(nw, 1 << kb)):
-                i = t.id.value << kb | k
-                masks |= (((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF) << 32 * i
-                oks |= int(k < t.words) << i
-        n_ent = 1 << (len(sel) + kb)
+                    k = t.words - 1
+                    m.d.sync += [t_words.eq(t.words), last_k.eq(k),
+                                 last_mask.eq(((1 << t.width) - 1) >> 32 * k & 0xFFFFFFFF)]
+            with m.Default():
+                m.d.sync += [t_words.eq(0), last_k.eq(0), last_mask.eq(0)]
         w_mask = Signal(32, name="tbl_w_mask")
         w_ok = Signal(name="tbl_w_ok")
-        m.d.comb += [w_mask.eq(Const(masks, 32 * n_ent).word_select(Cat(wcnt, sel), 32)),
-                     w_ok.eq(Const(oks, n_ent).bit_select(Cat(wcnt, sel), 1))]
+        m.d.comb += [w_mask.eq(Mux(wcnt < last_k, 0xFFFFFFFF, Mux(wcnt == last_k, last_mask, 0))),
+                     w_ok.eq(wcnt < t_words)]
         # TBL_DATA word wcnt for a serial write: read from the RW shadow one cycle ahead
         # into a register (its read address runs a word ahead of wcnt, see TWSTEP)
         sh_wq = Signal(32, name="tbl_sh_word")
@@ -660,14 +684,14 @@ class CsrBank(wiring.Component):
             lanes = bmask[f.lsb:f.lsb + f.width]
             new = (old & ~lanes) | (w_data[f.lsb:f.lsb + f.width] & lanes)
             ok = ok & self._legal(f, new)
+        if r.name == "TBL_CMD" and r.internal:      # registers its decision (with ok) itself
+            new_op = w_data[:2] & bmask[:2]
+            self._table_cmd(m, new_op, ok, store, tw)
+            return
         if not (isinstance(ok, Const) and ok.value == 1):
             ok_q = Signal(name=f"ok_{r.name.lower()}")
             self._ok_regs.append(ok_q.eq(ok))
             ok = ok_q
-        if r.name == "TBL_CMD" and r.internal:
-            new_op = w_data[:2] & bmask[:2]
-            self._table_cmd(m, new_op, ok, store, tw)
-            return
         with m.If(ok):
             for f in r.fields:
                 dst = src(r, f)
@@ -717,27 +741,38 @@ class CsrBank(wiring.Component):
         return Const(1)
 
     def _table_cmd(self, m, op, ok, store, tw):
+        """A TBL_CMD write (WRITE state).  What it does is decided the cycle before, while
+        the write waits in the AW/W latches (its data, TBL_SELECT and TBL_INDEX do not change
+        then: they change only in a WRITE state, and IDLE lies between two), into flip-flops:
+        the WRITE state's response and next state then depend on flip-flops only."""
         axil, rm, wait = self.s_axil, self.regmap, tw["wait"]
         sel = store["TBL_SELECT", "table"]
-        with m.If(~ok):
+        known = Cat(*(sel == t.id.value for t in rm.tables)).any()
+        writable = Cat(*(sel == t.id.value for t in rm.tables if t.writable)).any()
+        go = ok & (op != TableOp.NOP.value) & known & ~tw["oob"]
+        is_wr = op == TableOp.WRITE.value
+        do_wr, do_rd, do_err = (Signal(name=n) for n in ("tbl_do_wr", "tbl_do_rd", "tbl_do_err"))
+        self._ok_regs += [
+            do_wr.eq(go & is_wr & writable),
+            do_rd.eq(go & ~is_wr),
+            do_err.eq(~ok | ((op != TableOp.NOP.value) & (~known | tw["oob"] |
+                                                         (is_wr & ~writable)))),
+        ]
+        with m.If(do_err):
             m.d.sync += axil.bresp.eq(SLVERR)
-        with m.Elif(op != TableOp.NOP.value):
+        with m.If(do_wr):
+            with m.Switch(sel):
+                for t in rm.tables:
+                    if t.writable:
+                        with m.Case(t.id.value):
+                            m.d.sync += getattr(self, f"{t.name}_w_en").eq(1)
+            if self.table_serial:
+                m.d.sync += axil.bvalid.eq(0)
+                m.next = "TWSTEP"
+        with m.If(do_rd):
             with m.Switch(sel):
                 for t in rm.tables:
                     with m.Case(t.id.value):
-                        with m.If(tw["oob"]):
-                            m.d.sync += axil.bresp.eq(SLVERR)
-                        with m.Elif(op == TableOp.WRITE.value):
-                            if t.writable:
-                                m.d.sync += getattr(self, f"{t.name}_w_en").eq(1)
-                                if self.table_serial:
-                                    m.d.sync += axil.bvalid.eq(0)
-                                    m.next = "TWSTEP"
-                            else:
-                                m.d.sync += axil.bresp.eq(SLVERR)
-                        with m.Else():
-                            m.d.sync += [getattr(self, f"{t.name}_rd_en").eq(1),
-                                         wait.eq(self.table_read_latency), axil.bvalid.eq(0)]
-                            m.next = "TWAIT"
-                with m.Default():
-                    m.d.sync += axil.bresp.eq(SLVERR)
+                        m.d.sync += getattr(self, f"{t.name}_rd_en").eq(1)
+            m.d.sync += [wait.eq(self.table_read_latency), axil.bvalid.eq(0)]
+            m.next = "TWAIT"

@@ -265,8 +265,12 @@ class CsrNic(wiring.Component):
         m.submodules.shadow = mem
         st_mem = Memory(shape=EvState, depth=self.paths, init=[])
         m.submodules.shadow_state = st_mem
-        seg_wp, seg_rp = seg_mem.write_port(), seg_mem.read_port(transparent_for=())
-        wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+        # asynchronous read ports with explicit read registers (``seg_rd``, ``sh_rd``, below):
+        # Yosys honours no_rw_check only when it merges such a register into the port; a
+        # synchronous non-transparent port gets read-first emulation (a bypass multiplexer
+        # behind the block RAM, so its output register could not be folded into the EBR)
+        seg_wp, seg_rp = seg_mem.write_port(), seg_mem.read_port(domain="comb")
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
         st_wp = st_mem.write_port()
         st_rp = st_mem.read_port(transparent_for=(st_wp,))
         abits = (depth - 1).bit_length()
@@ -312,10 +316,14 @@ class CsrNic(wiring.Component):
         m.d.sync += [ra.eq(shadow_addr(r_tab, r_idx, r_word)),
                      seg_ra.eq(Cat(r_word[:seg_wb], r_idx))]
         m.d.comb += [
-            rp.en.eq(1), rp.addr.eq(ra),
-            seg_rp.en.eq(1), seg_rp.addr.eq(seg_ra),
+            rp.addr.eq(ra),
+            seg_rp.addr.eq(seg_ra),
             st_rp.en.eq(1), st_rp.addr.eq(r_idx[:pbits]),
         ]
+        # the block RAMs' read registers (stage 2), without reset like the EBR's own (a reset
+        # there keeps the output register from being folded, boards/ebr_outreg.py)
+        sh_rd, seg_rd = Signal(32, reset_less=True), Signal(32, reset_less=True)
+        m.d.sync += [sh_rd.eq(rp.data), seg_rd.eq(seg_rp.data)]
         tab = [r_tab] + [Signal(3, name=f"r_tab{i}") for i in (1, 2)]
         wrd = [r_word] + [Signal(range(nw + 1), name=f"r_word{i}") for i in (1, 2)]
         cap = [seq_rd] + [Signal(name=f"seq_cap{i}") for i in (1, 2, 3, 4)]
@@ -333,7 +341,7 @@ class CsrNic(wiring.Component):
             "is_ev3", "is_seg3", "path_ws3", "rmw3", "last3"))
         path_ws2 = (tab[2] == tid["path"]) & (wrd[2] == st_w)
         m.d.sync += [
-            rp_q.eq(rp.data), seg_q.eq(seg_rp.data),      # the EBR output registers
+            rp_q.eq(sh_rd), seg_q.eq(seg_rd),             # the EBR output registers
             ev_q.eq(nic.evcnt_rd_data.as_value().word_select(wrd[2][:3], 32)),
             is_ev3.eq(tab[2] == tid["evcnt"]), is_seg3.eq(tab[2] == tid["seg"]),
             path_ws3.eq(path_ws2), rmw3.eq(path_ws2 & cap[2] & (seq == 1)),
@@ -433,14 +441,18 @@ class CsrNic(wiring.Component):
     # ---- EV events and probes ------------------------------------------------------------
     def _events_and_probes(self, m, csr, nic):
         ev = nic.ev_event
-        # only the fields EV_EVENT shows are queued (13 bits)
+        # only the fields EV_EVENT shows are queued (13 bits); an event is taken into a
+        # register first (always ready) and enters the queue the cycle after, so the core's
+        # valid logic ends at a flip-flop, not at the queue's level counter
         m.submodules.ev_fifo = evf = fifo.SyncFIFOBuffered(width=_EvHead.size, depth=EVENT_DEPTH)
         head = _EvHead(evf.r_data)
+        evq_valid, evq = Signal(), Signal(EvEvent)
+        m.d.sync += [evq_valid.eq(ev.valid), evq.eq(ev.payload)]
         m.d.comb += [
             ev.ready.eq(1),
-            evf.w_en.eq(ev.valid),
-            evf.w_data.eq(Cat(ev.payload.index, ev.payload.state, ev.payload.reason)),
-            self.ev_tap.eq(ev.payload), self.ev_tap_valid.eq(ev.valid),
+            evf.w_en.eq(evq_valid),
+            evf.w_data.eq(Cat(evq.index, evq.state, evq.reason)),
+            self.ev_tap.eq(evq), self.ev_tap_valid.eq(evq_valid),
             # an empty FIFO's r_data is undefined (X in simulation): read 0 then
             csr.ev_event_index.eq(Mux(evf.r_rdy, head.index, 0)),
             csr.ev_event_state.eq(Mux(evf.r_rdy, head.state, 0)),
@@ -449,7 +461,7 @@ class CsrNic(wiring.Component):
             csr.ev_event_count.eq(evf.level), evf.r_en.eq(csr.ev_event_rd_stb),
             csr.irq_status_ev_event_set.eq(evf.r_rdy),
         ]
-        with m.If(ev.valid & ~evf.w_rdy):
+        with m.If(evq_valid & ~evf.w_rdy):
             m.d.sync += self.events_lost.eq(self.events_lost + 1)
 
         req = nic.probe_req
@@ -470,11 +482,15 @@ class CsrNic(wiring.Component):
     # ---- counters and interrupts ---------------------------------------------------------
     def _counters(self, m, csr, nic):
         # RX_DROP_<reason>: the reason's counters of every plane, added for the read at
-        # rd_addr (the bank samples ext_rd_data the cycle after rd_addr is valid)
+        # rd_addr in two registered steps, the select of each plane's counter, then the
+        # sum (the bank samples ext_rd_data CsrBank.EXT_LATENCY = 2 cycles after rd_addr
+        # is valid)
+        assert CsrBank.EXT_LATENCY == 2
         reason = csr.rd_addr[:(N_REASONS - 1).bit_length()]
+        drop_sel = [Signal(32, name=f"drop_sel_p{p}") for p in range(self.ports)]
         drop_sum = Signal(32)
-        m.d.sync += drop_sum.eq(sum(getattr(nic, f"drops_p{p}")[reason]
-                                    for p in range(self.ports)))
+        m.d.sync += [d.eq(getattr(nic, f"drops_p{p}")[reason]) for p, d in enumerate(drop_sel)]
+        m.d.sync += drop_sum.eq(sum(drop_sel))
         m.d.comb += csr.ext_rd_data.eq(drop_sum)
         # a counter moved <=> its bit 0 toggled (each counts at most one per cycle)
         lsbs = Cat(getattr(nic, f"drops_p{p}")[int(r)][0]
@@ -485,12 +501,17 @@ class CsrNic(wiring.Component):
         cpl_count = Signal(32)
         with m.If(self.recv_cpl.valid & self.recv_cpl.ready):
             m.d.sync += cpl_count.eq(cpl_count + 1)
-        m.d.comb += [
+        # the core's counters enter the bank's read multiplexer from registers of their own
+        # (some are sums over planes: their adders stay out of the multiplexer's cycle);
+        # a register reads its counter as of the previous cycle
+        m.d.sync += [
             csr.rx_accepted.eq(nic.accepted), csr.rx_duplicates.eq(nic.duplicates),
-            csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_completions.eq(cpl_count),
-            csr.rx_acks.eq(nic.acks_sent), csr.rx_nacks.eq(0),
-            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_rd_errors.eq(0),
-            csr.tx_packets.eq(nic.data_frames), csr.tx_retransmits.eq(nic.retransmits),
+            csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_acks.eq(nic.acks_sent),
+            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_packets.eq(nic.data_frames),
+            csr.tx_retransmits.eq(nic.retransmits),
+        ]
+        m.d.comb += [
+            csr.rx_completions.eq(cpl_count), csr.rx_nacks.eq(0), csr.tx_rd_errors.eq(0),
             csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused[0]),
             csr.irq_status_rx_drop_set.eq((lsbs_d != lsbs).any()),
             self.irq.eq(csr.irq),

@@ -43,7 +43,8 @@ class EvCounterBank(wiring.Component):
 
     Event path: each source is a one-cycle strobe queued in its own 4-entry
     ``SyncFIFOBuffered`` of {index, kind} (11 bits).  One read-modify-write engine
-    takes one increment every 2 cycles, serving the non-empty queues round robin, in
+    takes one increment every 2 cycles, serving the non-empty queues round robin (the
+    queue and its head event are chosen and registered the cycle before the pop), in
     four stages (cycle 1: pop a queue, read the counter word; cycle 2: block-RAM output;
     cycle 3: register the word; cycle 4: write the word + 1 back).  The next event reads
     before the previous one has written: when it is the same word, the written value is
@@ -53,7 +54,7 @@ class EvCounterBank(wiring.Component):
       125 MHz).  Typical load is about 0.3 (data ~1/8, outcomes ~1/6, rare probes);
       bursts above 0.5/cycle are absorbed by the queues (4 events per source).
     * Latency: an event strobed in cycle 0 is in the memory after the clock edge
-      ending cycle 5 when the engine is idle; a ``rd_en`` in cycle 4 or later
+      ending cycle 6 when the engine is idle; a ``rd_en`` in cycle 5 or later
       returns it.  Queued events wait up to 2 cycles per event ahead of them.
     * Drop rule: an in-range event whose queue is full is lost and counts one in
       ``dropped`` (up to 3 per cycle); the strobes never wait (there is no ready).
@@ -165,48 +166,69 @@ class EvCounterBank(wiring.Component):
         # block RAM, and ``q`` becomes the block RAM's output register on ECP5.
         m.submodules.mem = mem = Memory(shape=32, depth=paths * 8, init=[],
                                         attrs={"no_rw_check": 1})
+        # The read register is written out (an asynchronous port, then ``rd_q``) rather than
+        # a synchronous port: Yosys honours ``no_rw_check`` only when it merges such a
+        # register into the port (``memory_dff``); a synchronous non-transparent port gets
+        # read-first emulation (a delayed write, address compare and bypass multiplexer
+        # behind the block RAM).  The behaviour is the same: ``rd_q`` is the word before
+        # any write of its read cycle.
         wp = mem.write_port()
-        rp = mem.read_port(domain="sync", transparent_for=())
-        q = Signal(32)              # rp.data, registered: the word read two cycles ago
-        m.d.sync += q.eq(rp.data)
+        rp = mem.read_port(domain="comb")
+        # the word read last cycle: the block RAM's read register (no reset, as the EBR's: a
+        # reset there would keep its output register from being folded, boards/ebr_outreg.py)
+        rd_q = Signal(32, reset_less=True)
+        q = Signal(32)              # rd_q, registered: the word read two cycles ago
+        m.d.sync += [rd_q.eq(rp.data), q.eq(rd_q)]
 
         # ---- read-modify-write engine, one event every 2 cycles, 4 stages per event -------
         # A: pop a queue, read the word; B: block RAM output; C: q -> w_val (or forward);
         # D: write w_val + 1.  The event popped 2 or 3 cycles before is in C or D while
         # this one reads: when it is the same word its written value is forwarded.
-        busy = Signal()             # stage B of the event popped last cycle
+        # The queue to pop and its head event are chosen one cycle ahead, in a cycle without
+        # a pop (round robin over the queues' ``r_rdy``), and registered: stage A starts
+        # from flip-flops.  A queue that is ready in a cycle without a pop is still ready
+        # (with the same head) in the next, since only the engine pops.
         last = Signal(range(3))     # queue served last (round robin)
-        sel = Signal(range(4))      # queue popped in stage A (3 = none)
+        pick = Signal(3)            # one-hot: the queue popped this cycle (stage A)
+        engine_rd = Signal()        # stage A this cycle (= pick.any())
+        head_addr = Signal(abits + 3)   # word of the event popped this cycle
 
         rdy = [f.r_rdy for f in fifos]
-        m.d.comb += sel.eq(3)
-        with m.If(~busy), m.Switch(last):
+        nxt = Signal(range(4))      # the queue to pop next cycle (3 = none)
+        m.d.comb += nxt.eq(3)
+        with m.Switch(last):
             for prev in range(3):
                 with m.Case(prev):
                     order = [(prev + k) % 3 for k in (1, 2, 3)]
                     with m.If(rdy[order[0]]):
-                        m.d.comb += sel.eq(order[0])
+                        m.d.comb += nxt.eq(order[0])
                     with m.Elif(rdy[order[1]]):
-                        m.d.comb += sel.eq(order[1])
+                        m.d.comb += nxt.eq(order[1])
                     with m.Elif(rdy[order[2]]):
-                        m.d.comb += sel.eq(order[2])
-
-        head = Signal(_Event)
-        with m.Switch(sel):
+                        m.d.comb += nxt.eq(order[2])
+        nxt_head = Signal(_Event)
+        with m.Switch(nxt):
             for i, f in enumerate(fifos):
                 with m.Case(i):
-                    m.d.comb += [head.eq(f.r_data), f.r_en.eq(1)]
-        engine_rd = Signal()
-        head_addr = Signal(abits + 3)
-        m.d.comb += [engine_rd.eq(sel != 3), head_addr.eq(Cat(head.kind, head.index[:abits]))]
+                    m.d.comb += nxt_head.eq(f.r_data)
+        for i, f in enumerate(fifos):
+            m.d.comb += f.r_en.eq(pick[i])
+        with m.If(engine_rd):       # stage B next cycle: no pop then
+            m.d.sync += [pick.eq(0), engine_rd.eq(0)]
+            for i in range(3):
+                with m.If(pick[i]):
+                    m.d.sync += last.eq(i)
+        with m.Else():
+            m.d.sync += [pick.eq(Cat(*(nxt == i for i in range(3)))), engine_rd.eq(nxt != 3),
+                         head_addr.eq(Cat(nxt_head.kind, nxt_head.index[:abits]))]
         b_addr, c_addr = Signal(abits + 3), Signal(abits + 3)      # stages B, C
         b_fwd, c_fwd, c_en = Signal(), Signal(), Signal()
         w_en, w_addr, w_val = Signal(), Signal(abits + 3), Signal(32)   # stage D
+        busy = Signal()             # stage B of the event popped last cycle
+        m.d.sync += busy.eq(engine_rd)
         with m.If(engine_rd):
-            m.d.sync += [busy.eq(1), last.eq(sel), b_addr.eq(head_addr),
+            m.d.sync += [b_addr.eq(head_addr),
                          b_fwd.eq((c_en & (c_addr == head_addr)) | (w_en & (w_addr == head_addr)))]
-        with m.If(busy):
-            m.d.sync += busy.eq(0)
         m.d.sync += [c_en.eq(busy), c_addr.eq(b_addr), c_fwd.eq(b_fwd),
                      w_en.eq(c_en), w_addr.eq(c_addr)]
         with m.If(c_en):
@@ -219,7 +241,7 @@ class EvCounterBank(wiring.Component):
         r_word = Signal(range(_WORDS + 1), init=_WORDS)    # next word to read (6 = done)
         r_step = Signal()           # this cycle reads word r_word for the CSR
         r_waddr = Signal(abits + 3)
-        cap = Signal(2)             # the read word is in rp.data (bit 0) / q (bit 1)
+        cap = Signal(2)             # the read word is in rd_q (bit 0) / q (bit 1)
         hit = Signal(2)             # ... and was written in its read cycle: use fwd_val
         fwd_val = Signal(32)
         m.d.comb += [r_step.eq((r_word != _WORDS) & ~engine_rd), r_waddr.eq(Cat(r_word[:3], r_addr))]
@@ -236,7 +258,6 @@ class EvCounterBank(wiring.Component):
             m.d.sync += self.rd_data.eq(Cat(self.rd_data.as_value()[32:],
                                             Mux(r_oor, 0, Mux(hit[1], fwd_val, q))))
         m.d.comb += [
-            rp.en.eq(1),
             rp.addr.eq(Mux(engine_rd, head_addr, r_waddr)),
         ]
         return m

@@ -270,16 +270,22 @@ class UartAxilBridge(wiring.Component):
         m.submodules.uart_tx = utx = UartTx(self.divisor)
         # one CRC-8 for both directions (a request is received, checked, then answered):
         # a received byte is fed as it arrives while a frame is being received (``rx_en``, a
-        # flip-flop), a sent byte the cycle after it was loaded into the transmit register;
-        # the CRC byte is loaded at least two cycles after the STATUS byte, so it covers it
+        # flip-flop), a sent byte the cycle after it was loaded into the transmit register.
+        # The CRC's data, valid and start come from flip-flops (``crc_d``/``crc_v``/``crc_s``,
+        # one cycle after the decision; the order of starts and bytes is kept): the CRC
+        # matrix is not behind the state decode.  The CRC byte is loaded once no byte is on
+        # its way into the CRC, so it covers STATUS.
         m.submodules.crc = crc_u = CRC8.create()
         rx_en = Signal()                # receiving a frame: received bytes go into the CRC
         tx_byte = Signal(8)
         tx_feed = Signal()
+        crc_start = Signal()            # (comb) restart the CRC
+        crc_d, crc_v, crc_s = Signal(8), Signal(), Signal()
         m.d.sync += tx_feed.eq(0)
         byte, got = urx.data.payload, urx.data.valid
-        m.d.comb += [crc_u.data.eq(Mux(tx_feed, tx_byte, byte)),
-                     crc_u.valid.eq((got & rx_en) | tx_feed)]
+        m.d.sync += [crc_d.eq(Mux(tx_feed, tx_byte, byte)), crc_v.eq((got & rx_en) | tx_feed),
+                     crc_s.eq(crc_start)]
+        m.d.comb += [crc_u.data.eq(crc_d), crc_u.valid.eq(crc_v), crc_u.start.eq(crc_s)]
         m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
 
         # the transmit register: UartTx sees a flip-flop valid and byte (the state
@@ -362,7 +368,7 @@ class UartAxilBridge(wiring.Component):
             with m.State("HUNT"):
                 m.d.sync += rx_en.eq(0)
                 with m.If(got & is_sync):
-                    m.d.comb += crc_u.start.eq(1)
+                    m.d.comb += crc_start.eq(1)
                     m.d.sync += rx_en.eq(1)
                     m.next = "TAG"
             with m.State("TAG"):
@@ -430,7 +436,7 @@ class UartAxilBridge(wiring.Component):
                     m.d.sync += status.eq(axil.bresp)
                     m.next = "T_SYNC"
             with m.State("T_SYNC"):
-                m.d.comb += crc_u.start.eq(1)
+                m.d.comb += crc_start.eq(1)
                 send(SYNC_RESPONSE, "T_TAG", feed=False)
             with m.State("T_TAG"):
                 send(tag, "T_CMD")
@@ -464,7 +470,8 @@ class UartAxilBridge(wiring.Component):
             with m.State("T_STATUS"):
                 send(status, "T_CRC")
             with m.State("T_CRC"):
-                # the transmit register is still full the cycle after STATUS was loaded,
-                # so the CRC (updated then) covers STATUS when this byte loads
-                send(crc_u.crc, "HUNT", feed=False)
+                # STATUS is in the CRC once neither its feed nor the CRC's input register
+                # holds a byte
+                with m.If(~tx_feed & ~crc_v):
+                    send(crc_u.crc, "HUNT", feed=False)
         return m

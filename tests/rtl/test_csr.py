@@ -29,8 +29,9 @@ model with a one-cycle read port:
   a READ loads the words back (0 beyond the record), after
   ``table_read_latency`` (the model answers garbage before that);
 * ``busy`` holds a write (and its response) until it drops;
-* ``RX_DROP_*`` reads return ``ext_rd_data`` for ``rd_addr`` (garbage for
-  other addresses and before the sample cycle), the register has no port.
+* ``RX_DROP_*`` reads return ``ext_rd_data`` for ``rd_addr`` (a model keeper with
+  ``CsrBank.EXT_LATENCY`` = 2 register stages; garbage for other addresses), the
+  register has no port.
 
 ``CsrNic`` (the bank with its shadows and the core, board parameters), through
 the firmware client: every writable table reads back what was written (random
@@ -427,6 +428,9 @@ class SerialTB(TB):
         drop_words = {REGMAP[n].offset >> 2 for n in EXTERNAL}
         since_rd = 99                   # cycles since a <t>_rd_en pulse
         delayed = [0] * (self.word_latency - 1)   # the words of the steps before
+        # rd_addr of the cycles before the one just ended (read at an edge, a value is the
+        # one of the cycle that ended: that alone would be a keeper with one register)
+        rd_addrs = [0] * (CsrBank.EXT_LATENCY - 1)
         while True:
             await RisingEdge(d.clk)
             sel, word = int(d.tbl_sel.value), int(d.tbl_word.value)
@@ -451,7 +455,10 @@ class SerialTB(TB):
                 delayed.append(v)
                 v = delayed.pop(0)
             d.tbl_rd_word.value = v
-            rd_addr = int(d.rd_addr.value)
+            # the keeper of the external registers: two register stages (CsrBank.EXT_LATENCY),
+            # the value for rd_addr two cycles before (garbage for other addresses)
+            rd_addrs.append(int(d.rd_addr.value))
+            rd_addr = rd_addrs.pop(0)
             d.ext_rd_data.value = (ext_value(rd_addr) if rd_addr in drop_words
                                    else self.rng.getrandbits(32))
 
