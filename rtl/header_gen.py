@@ -332,6 +332,7 @@ class HeaderGen(wiring.Component):
         # The beat: an AND-OR over the registered one-hot selects (no decoder, no
         # priority chain in front of the output register).
         z16, z48 = Const(0, 16), Const(0, 48)
+        # ``keys``: the one-hot state bit of each term (None for the lanes 6..7 terms)
         terms = [(st[FX + i], fx[64 * i:64 * i + 64]) for i in range(6)]
         terms += [
             (st[B6], Cat(_bytes(fx, 48, 54), z16)),
@@ -343,28 +344,35 @@ class HeaderGen(wiring.Component):
             (sel_seg01, Cat(z48, seg_word[:16])),
         ]
         terms += [(st[T + i], _bytes(tl, 2 + 8 * i, 10 + 8 * i)) for i in range(5)]
+        keys = [FX + i for i in range(6)] + [B6, J0, JO, JE, None, None, None] + \
+            [T + i for i in range(5)]
+        assert len(keys) == len(terms)
         d = Signal(64)
         m.d.comb += d.eq(_or_tree([Mux(sel, value, 0) for sel, value in terms]))
 
         # ICRC view = the beat with some lanes forced (IBTA A17.3.3 masking; arrival
-        # DA = block | peer uSID | 0 and Segments Left 0 in SRV6 mode, RFC 9800/8754):
-        # view = (d & ~clear) | set | the peer uSID in DA bytes 4..5 (beat 5 lanes 2..3).
-        usid_lanes = st[FX + 5] & cur_srv6
-        set_ = _or_tree([
-            Mux(st[FX + 0], 0xFFFF << 48, 0),                        # bytes 6..7
-            Mux(st[FX + 1], 0xFF0F_FFFF_FFFF_FFFF, 0),               # 8..13, TC, FL
-            Mux(st[FX + 2], 0x0000_FF00_0000_FFFF, 0),               # FL, hop limit
-            Mux(st[T + 0], 0x0000_FFFF_0000_0000, 0),                # UDP checksum
-            Mux(st[T + 1], 0x0000_0000_00FF_0000, 0),                # BTH byte 4
-        ])
-        clear = _or_tree([
-            Mux(usid_lanes, 0xFFFF_FFFF_FFFF_0000, 0),               # DA 4..9
-            Mux(st[B6] & cur_srv6, 0x0000_FFFF_FFFF_FFFF, 0),        # DA 10..15
-            Mux(st[J0] & cur_srv6, 0xFF00, 0),                       # Segments Left
-        ])
-        usid = Cat(Const(0, 16), Mux(usid_lanes, _wire(cur.peer_usid, 2), 0), Const(0, 32))
+        # DA = block | peer uSID | 0 and Segments Left 0 in SRV6 mode, RFC 9800/8754).
+        # The forcing is applied to each term's value before the same AND-OR (the beat
+        # state is one-hot), so the view is no deeper than the beat:
+        #   FX0 bytes 6..7, FX1 bytes 8..13 + TC + FL, FX2 FL + hop limit, T0 UDP
+        #   checksum, T1 BTH byte 4: ones; SRV6: FX5 DA bytes 4..9 = peer uSID | 0,
+        #   B6 DA bytes 10..15 = 0, J0 Segments Left = 0.
+        srv6 = cur_srv6
+        usid = Cat(Const(0, 16), _wire(cur.peer_usid, 2), Const(0, 32))
+        view_of = {
+            FX + 0: lambda x: x | (0xFFFF << 48),
+            FX + 1: lambda x: x | 0xFF0F_FFFF_FFFF_FFFF,
+            FX + 2: lambda x: x | 0x0000_FF00_0000_FFFF,
+            FX + 5: lambda x: Mux(srv6, (x & 0xFFFF) | usid, x),
+            B6: lambda x: Mux(srv6, x & ~0x0000_FFFF_FFFF_FFFF & ((1 << 64) - 1), x),
+            J0: lambda x: Mux(srv6, x & ~0xFF00 & ((1 << 64) - 1), x),
+            T + 0: lambda x: x | 0x0000_FFFF_0000_0000,
+            T + 1: lambda x: x | 0x0000_0000_00FF_0000,
+        }
+        vterms = [(sel, view_of[key](value) if key in view_of else value)
+                  for key, (sel, value) in zip(keys, terms)]
         v = Signal(64)
-        m.d.comb += v.eq((d & ~clear) | set_ | usid)
+        m.d.comb += v.eq(_or_tree([Mux(sel, value, 0) for sel, value in vterms]))
 
         # Last beat: 2 bytes (no ImmDt) or 6 bytes (ImmDt).
         last_keep = Mux(cur_imm, 0x3F, 0x03)

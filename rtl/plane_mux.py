@@ -10,7 +10,7 @@ frames when inputs are waiting.
 Source: ARM IHI 0051A (AMBA 4 AXI4-Stream, packet boundaries on ``tlast``).
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,10 +53,11 @@ class PlaneMux(wiring.Component):
     in the cycle a frame's ``tlast`` beat is taken, or -- between frames -- in a cycle the
     granted source is idle, so a source that wakes up while another one is granted but
     idle waits one cycle.  The granted source's
-    beats enter a 2-entry ``amaranth.lib.fifo.SyncFIFO`` (first-word fall-through)
+    beats enter a 3-entry ``amaranth.lib.fifo.SyncFIFO`` (first-word fall-through)
     that drives ``m_axis`` and ``source``: one cycle of latency, and both
-    directions are cut at flip-flops (``m_axis.tvalid``/``tdata`` come from the FIFO,
-    the sources' ``tready`` from its registered level), so neither the sink's
+    directions are cut at flip-flops (``m_axis.tvalid``/``tdata`` come from the FIFO;
+    each source's ``tready`` is itself a flip-flop, set from the FIFO's next level --
+    at most one beat, so room for the next -- and the next grant), so neither the sink's
     ``tready`` nor the source's ``tvalid`` chain through this block into the
     neighbour's logic (an ECP5 timing rule: the chip's 125 MHz budget has no room
     for ready/valid paths that span three blocks).  Only the granted source sees
@@ -97,30 +98,51 @@ class PlaneMux(wiring.Component):
                 with m.If((grant == j) & srcs[(j + k) % n].tvalid):
                     m.d.comb += pick.eq((j + k) % n)
 
-        # the output register: a 2-entry first-word-fall-through FIFO of beats and their source
+        # the output register: a 3-entry first-word-fall-through FIFO of beats and their source
         beat = data.StructLayout({"tdata": self._width, "tkeep": self._width // 8, "tlast": 1,
                                   "source": 3})
-        m.submodules.out_fifo = q = fifo.SyncFIFO(width=beat.size, depth=2)
+        m.submodules.out_fifo = q = fifo.SyncFIFO(width=beat.size, depth=3)
         w, r = beat(q.w_data), beat(q.r_data)
         a_valid, a_last = Signal(), Signal()            # the granted source's beat
+        # ``room``: the FIFO holds at most one beat (so it has room, ``q.w_rdy``); it and the
+        # sources' treadys are flip-flops, computed from the next level and the next grant.
+        room = Signal(init=1)
+        ready = Signal(n, init=1)                       # == room & (grant == i)
+        grant_n = Signal(range(n))
+        m.d.comb += grant_n.eq(grant)
         for i, s in enumerate(srcs):
-            m.d.comb += s.tready.eq(q.w_rdy & (grant == i))
+            m.d.comb += s.tready.eq(ready[i])
             with m.If(grant == i):
                 m.d.comb += [w.tdata.eq(s.tdata), w.tkeep.eq(s.tkeep), a_last.eq(s.tlast),
                              a_valid.eq(s.tvalid)]
             counter = getattr(self, f"frames_{i}")
-            with m.If((grant == i) & s.tvalid & q.w_rdy & s.tlast):
+            with m.If(s.tvalid & ready[i] & s.tlast):
                 m.d.sync += counter.eq(counter + 1)
-        m.d.comb += [w.tlast.eq(a_last), w.source.eq(grant), q.w_en.eq(a_valid),
+        push = a_valid & room
+        m.d.comb += [w.tlast.eq(a_last), w.source.eq(grant), q.w_en.eq(push),
                      out.tdata.eq(r.tdata), out.tkeep.eq(r.tkeep), out.tlast.eq(r.tlast),
                      out.tvalid.eq(q.r_rdy), q.r_en.eq(out.tready), self.source.eq(r.source)]
+        # room next cycle: the level after this cycle's push / pop is <= 1
+        room_n = Signal()
+        pop = q.r_rdy & out.tready
+        m.d.comb += room_n.eq(q.level <= 1)
+        with m.If(push & ~pop):
+            m.d.comb += room_n.eq(q.level == 0)
+        with m.Elif(~push & pop):
+            m.d.comb += room_n.eq(q.level <= 2)
+        # (updated only on a push, a pop or an idle grant move: otherwise nothing changes,
+        # and a simulation's undefined idle ``tvalid`` leaves the registers defined)
+        with m.If(push | pop | (~mid & ~a_valid)):
+            m.d.sync += [room.eq(room_n),
+                         ready.eq(Cat(*[room_n & (grant_n == i) for i in range(n)])),
+                         grant.eq(grant_n)]
 
         # The grant moves on after a frame's tlast beat is taken, or between frames while the
         # granted source has nothing to send; it never moves inside a frame.
-        with m.If(a_valid & q.w_rdy):
+        with m.If(push):
             m.d.sync += mid.eq(~a_last)
             with m.If(a_last):
-                m.d.sync += grant.eq(pick)
+                m.d.comb += grant_n.eq(pick)
         with m.Elif(~mid & ~a_valid):
-            m.d.sync += grant.eq(pick)
+            m.d.comb += grant_n.eq(pick)
         return m
