@@ -101,7 +101,9 @@ class AckGen(wiring.Component):
     """ACK / SACK / NACK / probe-reply and EV probe frame generator, one AXI-Stream per plane.
 
     **ACKs.** For each ACK, one ``req`` and one ``path`` item are taken
-    together (both must be valid).  The frame leaves on plane
+    together (both must be valid; the choice is registered: an item is taken
+    the cycle after it is seen, ``ready`` is a flip-flop ANDed with the other
+    stream's valid).  The frame leaves on plane
     ``path.entry.port`` to ``next_hop_mac[port]`` with IPv6 DA
     ``path.entry.da``; its flow label and UDP source port carry
     ``path.entry.ev`` by the QP's EV mode (SRV6/STEV: fl = EV[19:0], sport =
@@ -168,9 +170,10 @@ class AckGen(wiring.Component):
     The first beat is valid 79 cycles (ACK) / 67 cycles (probe) after the
     request is taken, then the beats follow without a gap.  One frame at a
     time, so a new request is taken the cycle after the last beat's handshake
-    (93 cycles per ACK, 80 per probe with the sink always ready; an ACK lasts
+    (94 cycles per ACK, 81 per probe with the sink always ready; an ACK lasts
     126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never waits on
-    ``tready``.  The QP context and next-hop MAC are read when the request is
+    ``tready``; ``tready`` reaches the beat register's load enable through
+    one AND-OR over a registered one-hot plane select.  The QP context and next-hop MAC are read when the request is
     taken.
     """
 
@@ -233,6 +236,7 @@ class AckGen(wiring.Component):
         peer_usid = Signal(16, reset_less=True)     # SRV6 arrival DA bytes 4..5 (QP context)
         dst_mac = Signal(48, reset_less=True)       # next_hop_mac[port]
         port = Signal(3, reset_less=True)           # plane
+        port_oh = Signal(self.ports, reset_less=True)   # ... one-hot (selects tvalid / tready)
         da = Signal(128, reset_less=True)           # IPv6 DA
         fl = Signal(20, reset_less=True)            # flow label (EV mode applied)
         sport = Signal(16, reset_less=True)         # UDP source port (EV mode applied)
@@ -247,6 +251,7 @@ class AckGen(wiring.Component):
         beat = Signal(4, reset_less=True)   # the next beat to load into ``word``
         beat_oh = Signal(_BEATS, reset_less=True)   # ... one-hot (selects the beat mux)
         half = Signal(3, reset_less=True)   # ICRC pass: byte of ``word`` taken this cycle
+        half7 = Signal(reset_less=True)     # ... half == 7 (registered with half)
         crc = Signal(32, reset_less=True)
         word = Signal(64, reset_less=True)  # the beat register: ICRC pass input, then tdata
         out_valid = Signal()              # ``word`` holds a beat to send
@@ -311,65 +316,79 @@ class AckGen(wiring.Component):
         with m.If(crc_en):
             m.d.sync += crc.eq(crc32_update(crc, crc_byte, 1))
         with m.If(view):
-            with m.If(fill):
-                m.d.comb += load_word.eq(1)
-                m.d.sync += fill.eq(0)
-            with m.Else():
+            with m.If(~fill):
                 m.d.sync += [crc_byte.eq(word.word_select(half, 8)), crc_en.eq(1),
-                             half.eq(half + 1)]
-                m.d.comb += load_word.eq(half == 7)
+                             half.eq(half + 1), half7.eq(half == 6)]
                 with m.If(crc_last):
                     m.d.sync += [sending.eq(1), view.eq(0), sv.eq(0)]
 
         # ---- output routing: ``word`` is the output register ---------------------
+        # The sink's ready reaches ``load_word`` through one AND-OR over the registered
+        # one-hot plane select; every other term of ``load_word`` is registers only.
         out_ready = Signal()
         last_keep = Mux(is_probe, (1 << (PROBE_FRAME_BYTES - 8 * (_PROBE_BEATS - 1))) - 1,
                         (1 << (ACK_FRAME_BYTES - 8 * (_BEATS - 1))) - 1)
+        readies = []
         for i in range(self.ports):
             axis = getattr(self, f"m_axis_p{i}")
-            sel = port == i
             m.d.comb += [
                 axis.tdata.eq(word),
                 axis.tkeep.eq(Mux(out_last, last_keep, 0xFF)),
                 axis.tlast.eq(out_last),
-                axis.tvalid.eq(out_valid & sel),
+                axis.tvalid.eq(out_valid & port_oh[i]),
             ]
-            with m.If(sel):
-                m.d.comb += out_ready.eq(axis.tready)
-        advance = ~out_valid | out_ready
-        with m.If(sending & advance):
-            with m.If(out_valid & out_last):          # the last beat is handed over
-                m.d.sync += [busy.eq(0), sending.eq(0), out_valid.eq(0)]
-                with m.If(is_probe):
-                    m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
-                with m.Else():
-                    m.d.sync += self.sent.eq(self.sent + 1)
+            readies.append(port_oh[i] & axis.tready)
+        m.d.comb += out_ready.eq(_or_tree(readies))
+        # load_word = ICRC pass load | (sending & (~out_valid | out_ready) & ~(out_valid & out_last))
+        load_now = Signal()               # registers only: the word is loaded this cycle
+        load_rdy = Signal()               # registers only: ... if the sink takes the beat
+        m.d.comb += [load_now.eq((view & (fill | half7)) | (sending & ~out_valid)),
+                     load_rdy.eq(sending & out_valid & ~out_last),
+                     load_word.eq(load_now | (load_rdy & out_ready))]
+        with m.If(sending & out_valid & out_last & out_ready):   # the last beat is handed over
+            m.d.sync += [busy.eq(0), sending.eq(0), out_valid.eq(0)]
+            with m.If(is_probe):
+                m.d.sync += self.probes_sent.eq(self.probes_sent + 1)
             with m.Else():
-                m.d.comb += load_word.eq(1)
-                m.d.sync += [out_valid.eq(1),
-                             out_last.eq(Mux(is_probe, beat_oh[_PROBE_BEATS - 1],
-                                             beat_oh[_BEATS - 1]))]
+                m.d.sync += self.sent.eq(self.sent + 1)
+        with m.If(sending & load_word):
+            m.d.sync += [out_valid.eq(1),
+                         out_last.eq(Mux(is_probe, beat_oh[_PROBE_BEATS - 1],
+                                         beat_oh[_BEATS - 1]))]
+        with m.If(view & fill):
+            m.d.sync += fill.eq(0)
         with m.If(load_word):
             m.d.sync += [word.eq(tdata), beat.eq(beat + 1), beat_oh.eq(beat_oh << 1)]
         with m.If(view & ~fill & crc_last):           # the beats restart from beat 0
             m.d.sync += [beat.eq(0), beat_oh.eq(1)]
 
         # ---- arbitration and control ----------------------------------------
-        ack_wait = self.req.valid & self.path.valid
-        pick_probe = self.probe.valid & (~ack_wait | last_ack)
+        # The choice is made from the valids one cycle ahead and registered (``want_ack``,
+        # ``want_probe``): ``probe.ready`` is a flip-flop, ``req.ready`` / ``path.ready``
+        # a flip-flop and the other stream's valid (req and path are taken together), so
+        # no path runs from the ACK generator's state into the spray scheduler or the
+        # request FIFO.  An item whose valid fell meanwhile is not taken; the choice is
+        # then made again.
+        want_ack = Signal()
+        want_probe = Signal()
         take_ack = Signal()
         take_probe = Signal()
+        ack_wait = self.req.valid & self.path.valid
+        pick_probe = self.probe.valid & (~ack_wait | last_ack)
+        choose = ~busy & ~want_ack & ~want_probe
+        m.d.sync += [want_ack.eq(choose & ack_wait & ~pick_probe),
+                     want_probe.eq(choose & pick_probe)]
         m.d.comb += [
-            take_ack.eq(~busy & ack_wait & ~pick_probe),
-            take_probe.eq(~busy & pick_probe),
-            self.req.ready.eq(take_ack),
-            self.path.ready.eq(take_ack),
-            self.probe.ready.eq(take_probe),
+            self.req.ready.eq(want_ack & self.path.valid),
+            self.path.ready.eq(want_ack & self.req.valid),
+            self.probe.ready.eq(want_probe),
+            take_ack.eq(want_ack & ack_wait),
+            take_probe.eq(want_probe & self.probe.valid),
         ]
         new_ent = Signal(PathEntry)
         m.d.comb += [
-            new_ent.eq(Mux(pick_probe, self.probe.payload.entry, self.path.payload.entry)),
-            new_qp.eq(Mux(pick_probe, self.probe.payload.qp, self.req.payload.qp)),
+            new_ent.eq(Mux(want_probe, self.probe.payload.entry, self.path.payload.entry)),
+            new_qp.eq(Mux(want_probe, self.probe.payload.qp, self.req.payload.qp)),
         ]
         ack, prb = self.req.payload, self.probe.payload
         new_srv6 = new_ctx.srv6
@@ -386,14 +405,15 @@ class AckGen(wiring.Component):
                 peer_qpn.eq(new_ctx.peer_qpn), peer_usid.eq(new_ctx.peer_usid),
                 sv.eq(new_srv6 & ~dropping), view.eq(~dropping),
                 dst_mac.eq(self.next_hop_mac[new_ent.port]), port.eq(new_ent.port),
+                port_oh.eq(Cat(*[new_ent.port == i for i in range(self.ports)])),
                 da.eq(new_ent.da),
                 fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
                 sport.eq(Cat(Mux(new_udp, new_ent.ev[:14], new_ent.ev[20:32]), Const(0b11, 2))),
-                psn.eq(Mux(pick_probe, 0, ack.cum_psn)),
-                tail.eq(Mux(pick_probe, probe_tail, ack_tail)),
+                psn.eq(Mux(want_probe, 0, ack.cum_psn)),
+                tail.eq(Mux(want_probe, probe_tail, ack_tail)),
                 beat.eq(_CRC_FIRST_BEAT), beat_oh.eq(1 << _CRC_FIRST_BEAT),
-                half.eq(6), fill.eq(1), sending.eq(0), out_valid.eq(0),
-                crc.eq(Mux(pick_probe, _PCRC_INIT, _CRC_INIT))]
+                half.eq(6), half7.eq(0), fill.eq(1), sending.eq(0), out_valid.eq(0),
+                crc.eq(Mux(want_probe, _PCRC_INIT, _CRC_INIT))]
             with m.If(dropping):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():

@@ -3,7 +3,8 @@
 The PHY side finds the SFD, checks the FCS, length (runt / giant) and GMII RX_ER, strips
 the FCS and packs the bytes into 32-bit words; the last word of every frame carries the
 frame's status.  The words cross to the NIC domain through a small
-:class:`amaranth.lib.fifo.AsyncFIFO` (8 words, one LUT RAM deep) that the NIC side drains
+:class:`amaranth.lib.fifo.AsyncFIFO` (4 words, 3-bit Gray pointers: a short read side;
+a word arrives every 4 PHY clocks at most) that the NIC side drains
 every cycle, pairs into 64-bit beats and writes into a store-and-forward frame buffer
 (:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
 only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
@@ -131,7 +132,7 @@ class EthMacRx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rx = self.rx_domain
-        m.submodules.fifo = fifo = AsyncFIFO(width=_Cross.size, depth=8,
+        m.submodules.fifo = fifo = AsyncFIFO(width=_Cross.size, depth=4,
                                              w_domain=rx, r_domain="sync")
 
         # ---------------------------------------------------------------- PHY side (rx)

@@ -15,7 +15,7 @@ answered on the B channel.
 Source: ARM IHI 0022E (AXI4: INCR bursts <= 256 beats, never crossing 4 KiB).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -82,9 +82,15 @@ class Placement(wiring.Component):
 
     Throughput: one W beat per clock; a packet whose bytes straddle one more
     8-byte word than its payload has beats (unaligned ``addr``) takes one
-    extra cycle.  Latency: AW is issued the cycle after ``cmd`` is accepted;
-    each W beat takes its payload beat in the same cycle (``tready`` follows
-    ``wready``), realigned by a barrel shifter over it and the previous beat.
+    extra cycle.  Latency: a command is registered when accepted (``cmd.ready``
+    is a flip-flop; one waits there while another executes), starts the cycle
+    after, and its AW is issued the cycle after that (``awaddr`` from flip-flops); a payload beat passes a 2-entry input skid
+    (``payload.tready`` is a flip-flop: the skid is empty) and is realigned, by
+    a barrel shifter over it and the previous beat, into the W output register
+    (``wvalid``/``wdata``/``wstrb``/``wlast`` are flip-flops): a W beat leaves 2
+    cycles after its payload beat is accepted.  A completion is loaded into the
+    ``cpl`` output register (flip-flops) the cycle after it is released, so
+    one completion per 2 cycles at most.
     """
 
     def __init__(self, addr_width: int = 32, max_outstanding: int = 15):
@@ -109,31 +115,69 @@ class Placement(wiring.Component):
         m = Module()
         axi = self.m_axi
         aw = self._addr_width
-        pl = self.payload
+
+        # ---------------- payload input: 2-entry skid, tready from a flip-flop ----------------
+        # ``pl`` (main register) feeds the realigner; the skid ``sk`` parks the beat that
+        # arrived while the main register could not move on, so ``payload.tready`` is the
+        # skid's emptiness (a flip-flop, never the W channel's ready).
+        src = self.payload
+        pl_valid = Signal()
+        pl_data = Signal(64, reset_less=True)
+        pl_keep = Signal(8, reset_less=True)
+        pl_last = Signal(reset_less=True)
+        sk_full = Signal()
+        sk_data = Signal(64, reset_less=True)
+        sk_keep = Signal(8, reset_less=True)
+        sk_last = Signal(reset_less=True)
+        pl_ready = Signal()                   # the realigner takes the beat in ``pl`` (comb)
+        m.d.comb += src.tready.eq(~sk_full)
+        with m.If(~pl_valid | pl_ready):
+            m.d.sync += [pl_valid.eq(sk_full | src.tvalid), sk_full.eq(0),
+                         pl_data.eq(Mux(sk_full, sk_data, src.tdata)),
+                         pl_keep.eq(Mux(sk_full, sk_keep, src.tkeep)),
+                         pl_last.eq(Mux(sk_full, sk_last, src.tlast))]
+        with m.Elif(~sk_full):
+            m.d.sync += [sk_full.eq(src.tvalid), sk_data.eq(src.tdata), sk_keep.eq(src.tkeep),
+                         sk_last.eq(src.tlast)]
 
         # ---------------- command register ----------------
         busy = Signal()          # a command is being executed (AW and/or W side)
         shift = Signal(3, reset_less=True)      # addr[2:0]: lane of the first byte
-        aw_lo = Signal(8, reset_less=True)      # next burst address, bits [3, 11) ...
-        addr_hi = Signal(aw - 11, reset_less=True)  # ... the command's bits [11, aw) ...
-        aw_cross = Signal(2)     # ... plus the 2 KiB boundaries crossed so far
+        aw_lo = Signal(8, reset_less=True)      # next burst address, bits [3, 11)
+        aw_hi = Signal(aw - 11, reset_less=True)  # ... bits [11, aw) (+1 per 2 KiB crossed)
         aw_left = Signal(10, reset_less=True)   # beats still to announce on AW
         to_boundary = Signal(9, reset_less=True)  # beats to the 2 KiB edge: 256 - aw_lo
         aw_done = Signal()
         w_done = Signal()        # every W beat sent and the frame drained
 
+        # The command is first taken into a register (``cmd.ready`` is its emptiness) with
+        # its derived values (placing, beats, length decodes) computed on the way in, so a
+        # command starts from flip-flops only; the next one waits there while one executes.
+        q_valid = Signal()
+        c = Signal(PlaceCmd, reset_less=True)
+        placing_cmd = Signal(reset_less=True)       # place = 1 and length != 0
+        total_beats = Signal(10, reset_less=True)   # W beats: (addr[2:0] + length + 7) / 8
+        c_gt8 = Signal(reset_less=True)             # length > 8
+        c_ge8 = Signal(reset_less=True)             # length >= 8
+        c_tail = Signal(8, reset_less=True)         # lanes of the last input beat
+        thermo = Array(Const((1 << k) - 1, 8) for k in range(8))
+        nc = self.cmd.payload
+        m.d.comb += self.cmd.ready.eq(~q_valid)
+        with m.If(self.cmd.valid & ~q_valid):
+            m.d.sync += [q_valid.eq(1), c.eq(nc),
+                         placing_cmd.eq(nc.place & (nc.length != 0)),
+                         total_beats.eq((nc.addr[:3] + nc.length + 7) >> 3),
+                         c_gt8.eq(nc.length > 8), c_ge8.eq(nc.length >= 8),
+                         c_tail.eq(thermo[nc.length[:3]])]
         start = Signal()
-        m.d.comb += start.eq(~busy & self.cmd.valid)
-        m.d.comb += self.cmd.ready.eq(~busy)
-
-        c = self.cmd.payload
-        placing_cmd = c.place & (c.length != 0)
-        total_beats = (c.addr[:3] + c.length + 7) >> 3
+        m.d.comb += start.eq(~busy & q_valid)
+        with m.If(start):
+            m.d.sync += q_valid.eq(0)
 
         with m.If(start):
             m.d.sync += [
                 busy.eq(1), shift.eq(c.addr[:3]),
-                aw_lo.eq(c.addr[3:11]), addr_hi.eq(c.addr[11:]), aw_cross.eq(0),
+                aw_lo.eq(c.addr[3:11]), aw_hi.eq(c.addr[11:]),
                 to_boundary.eq(256 - c.addr[3:11]),
                 aw_left.eq(total_beats),
                 aw_done.eq(~placing_cmd),
@@ -145,10 +189,11 @@ class Placement(wiring.Component):
         outstanding = Signal(range(self._max_outstanding + 1))
         last_burst = aw_left <= to_boundary
         burst = Mux(last_burst, aw_left, to_boundary)
-        can_issue = busy & ~aw_done & (outstanding < self._max_outstanding)
+        room = Signal(init=1)       # outstanding < max_outstanding (kept with outstanding)
+        can_issue = busy & ~aw_done & room
         m.d.comb += [
             axi.awvalid.eq(can_issue),
-            axi.awaddr.eq(Cat(Const(0, 3), aw_lo, addr_hi + aw_cross)),
+            axi.awaddr.eq(Cat(Const(0, 3), aw_lo, aw_hi)),
             axi.awlen.eq(burst - 1),
             axi.awsize.eq(3),
             axi.awburst.eq(0b01),
@@ -161,14 +206,15 @@ class Placement(wiring.Component):
                 m.d.sync += aw_done.eq(1)
             with m.Else():
                 m.d.sync += [aw_left.eq(aw_left - to_boundary), aw_lo.eq(0), to_boundary.eq(256),
-                             aw_cross.eq(aw_cross + 1)]
+                             aw_hi.eq(aw_hi + 1)]
 
         b_fire = Signal()
         m.d.comb += [axi.bready.eq(1), b_fire.eq(axi.bvalid)]
         with m.If(aw_fire & ~b_fire):
-            m.d.sync += outstanding.eq(outstanding + 1)
+            m.d.sync += [outstanding.eq(outstanding + 1),
+                         room.eq(outstanding < self._max_outstanding - 1)]
         with m.Elif(~aw_fire & b_fire & (outstanding != 0)):
-            m.d.sync += outstanding.eq(outstanding - 1)
+            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
         with m.If(b_fire & (axi.bresp != 0)):
             m.d.sync += self.write_errors.eq(self.write_errors + 1)
 
@@ -178,43 +224,53 @@ class Placement(wiring.Component):
         # (`hold`).  Byte strobes travel through the same shifter with the data: the
         # input's tkeep, cut at the command's length, so a short frame leaves its
         # missing bytes' strobes off and a long one never writes past `length`.
+        # The realigned beat is loaded into the W output register (``w_*``: wvalid,
+        # wdata, wstrb, wlast are flip-flops); it takes a new beat when empty or when
+        # its beat is accepted.
         in_done = Signal()                    # tlast consumed
         beats_left = Signal(10, reset_less=True)  # W beats still to send
         beat_lo = Signal(8, reset_less=True)      # W beat address [3, 11) (wlast at 2 KiB)
         in_left = Signal(13, reset_less=True)     # command bytes not yet taken from the input
         in_nz = Signal()                      # in_left != 0   (flags kept with in_left, so no
-        in_ge8 = Signal()                     # in_left >= 8    wide compare sits in front of
-        in_gt8 = Signal()                     # in_left > 8     the W handshake)
+        in_gt8 = Signal()                     # in_left > 8     wide compare sits in front of
+        #                                                         the W handshake)
         placing = Signal()                    # busy & beats_left != 0
         hold = Signal(64, reset_less=True)
         hold_keep = Signal(8)
         short = Signal()                      # the frame ended before `length` bytes
 
-        cut = Signal(8)                       # lanes of this input beat inside the command
-        with m.If(in_ge8):
-            m.d.comb += cut.eq(0xFF)
-        with m.Else():
-            with m.Switch(in_left[:3]):
-                for n in range(8):
-                    with m.Case(n):
-                        m.d.comb += cut.eq((1 << n) - 1)
+        # lanes of this input beat inside the command: 0xFF while in_left >= 8, else the
+        # in_left low lanes (registered with in_left; in_left - 8 has the same low bits, so
+        # the last beat's lanes, ``tail``, are decoded once from the command's length)
+        cut = Signal(8, reset_less=True)
+        tail = Signal(8, reset_less=True)
         need_in = ~in_done & in_nz            # this W beat takes an input beat
-        in_keep = Mux(need_in, pl.tkeep & cut, 0)
+        in_keep = Mux(need_in, pl_keep & cut, 0)
 
-        m.d.comb += [
-            axi.wvalid.eq(placing & (pl.tvalid | ~need_in)),
-            axi.wdata.eq(_realign(m, Cat(hold, pl.tdata), shift, 8, "wdata")),
-            axi.wstrb.eq(_realign(m, Cat(hold_keep, in_keep), shift, 1, "wstrb")),
-            axi.wlast.eq((beat_lo == 0xFF) | (beats_left == 1)),
-        ]
-        w_fire = Signal()
-        m.d.comb += w_fire.eq(axi.wvalid & axi.wready)
+        w_valid = Signal()
+        w_data = Signal(64, reset_less=True)
+        w_strb = Signal(8, reset_less=True)
+        w_last = Signal(reset_less=True)
+        m.d.comb += [axi.wvalid.eq(w_valid), axi.wdata.eq(w_data), axi.wstrb.eq(w_strb),
+                     axi.wlast.eq(w_last)]
+        w_free = ~w_valid | axi.wready        # the W register takes a beat this cycle
+        w_load = Signal()                     # a realigned beat enters the W register
+        m.d.comb += w_load.eq(placing & w_free & (pl_valid | ~need_in))
+        with m.If(w_load):
+            m.d.sync += [
+                w_valid.eq(1),
+                w_data.eq(_realign(m, Cat(hold, pl_data), shift, 8, "wdata")),
+                w_strb.eq(_realign(m, Cat(hold_keep, in_keep), shift, 1, "wstrb")),
+                w_last.eq((beat_lo == 0xFF) | (beats_left == 1)),
+            ]
+        with m.Elif(axi.wready):
+            m.d.sync += w_valid.eq(0)
 
         # Take input with each W beat that needs one; drain it once nothing more is placed.
         drain = busy & ~in_done & ~placing
-        m.d.comb += pl.tready.eq(drain | (placing & need_in & axi.wready))
+        m.d.comb += pl_ready.eq(drain | (placing & need_in & w_free))
         consumed = Signal()
-        m.d.comb += consumed.eq(pl.tvalid & pl.tready)
+        m.d.comb += consumed.eq(pl_valid & pl_ready)
 
         # bytes_written counts the payload bytes taken into W beats (every one of them
         # leaves with its strobe set: the last W beat of a command flushes `hold`), two
@@ -223,43 +279,59 @@ class Placement(wiring.Component):
         taken_keep = Signal(8)
         n_taken = Signal(4)
         m.d.sync += [
-            taken_keep.eq(Mux(w_fire & need_in, in_keep, 0)),
+            taken_keep.eq(Mux(w_load & need_in, in_keep, 0)),
             n_taken.eq(sum(taken_keep[i] for i in range(8))),
             self.bytes_written.eq(self.bytes_written + n_taken),
         ]
         n_keep = Signal(4)
-        m.d.comb += n_keep.eq(sum(pl.tkeep[i] for i in range(8)))
+        m.d.comb += n_keep.eq(sum(pl_keep[i] for i in range(8)))
 
         with m.If(start):
             m.d.sync += [
                 in_done.eq(0), short.eq(0), hold_keep.eq(0),
-                beats_left.eq(Mux(placing_cmd, total_beats, 0)),
-                beat_lo.eq(c.addr[3:11]), in_left.eq(Mux(placing_cmd, c.length, 0)),
-                in_nz.eq(placing_cmd), in_ge8.eq(placing_cmd & (c.length >= 8)),
-                in_gt8.eq(placing_cmd & (c.length > 8)), placing.eq(placing_cmd),
+                # (beats_left, in_left, in_gt8 and cut matter only while placing / in_nz)
+                beats_left.eq(total_beats),
+                beat_lo.eq(c.addr[3:11]), in_left.eq(c.length),
+                in_nz.eq(placing_cmd),
+                in_gt8.eq(c_gt8),
+                placing.eq(placing_cmd),
+                tail.eq(c_tail),
+                cut.eq(Mux(c_ge8, 0xFF, c_tail)),
             ]
         with m.Else():
-            with m.If(consumed & pl.tlast):
+            with m.If(consumed & pl_last):
                 m.d.sync += in_done.eq(1)
-            with m.If(w_fire):
+            with m.If(w_load):
                 m.d.sync += [
                     beats_left.eq(beats_left - 1), beat_lo.eq(beat_lo + 1),
                     placing.eq(beats_left != 1),
-                    hold.eq(pl.tdata), hold_keep.eq(in_keep),
+                    hold.eq(pl_data), hold_keep.eq(in_keep),
                 ]
                 with m.If(need_in):
                     m.d.sync += [in_left.eq(Mux(in_gt8, in_left - 8, 0)), in_nz.eq(in_gt8),
-                                 in_ge8.eq(in_left >= 16), in_gt8.eq(in_left > 16)]
+                                 in_gt8.eq(in_left[5:].any() | (in_left[4] & in_left[:4].any())),
+                                 cut.eq(Mux(in_left[4:].any(), 0xFF, tail))]
             # The frame ends before `length` bytes: counted once.
-            with m.If(placing & consumed & pl.tlast & Mux(in_gt8, 1, n_keep < in_left[:4]) & ~short):
+            with m.If(placing & consumed & pl_last & Mux(in_gt8, 1, n_keep < in_left[:4]) & ~short):
                 m.d.sync += [short.eq(1), self.short_frames.eq(self.short_frames + 1)]
-        m.d.comb += w_done.eq(~placing & (in_done | (consumed & pl.tlast)))
+        m.d.comb += w_done.eq(~placing & (in_done | (consumed & pl_last)))
 
         # ---------------- completion fence ----------------
-        idle = ~busy & ~self.cmd.valid & (outstanding == 0)
+        # A completion is taken into the output register (``cpl.valid`` and payload are
+        # flip-flops) only while nothing is pending: no command executing, registered or
+        # waiting, and
+        # every AW burst answered on B (a W beat still in the W register belongs to a burst
+        # whose AW has been issued, so it keeps ``outstanding`` above 0).
+        idle = ~busy & ~q_valid & ~self.cmd.valid & (outstanding == 0)
+        cpl_valid = Signal()
+        cpl_pl = Signal(Completion, reset_less=True)
         m.d.comb += [
-            self.cpl.valid.eq(self.cpl_in.valid & idle),
-            self.cpl.payload.eq(self.cpl_in.payload),
-            self.cpl_in.ready.eq(self.cpl.ready & idle),
+            self.cpl.valid.eq(cpl_valid),
+            self.cpl.payload.eq(cpl_pl),
+            self.cpl_in.ready.eq(idle & ~cpl_valid),
         ]
+        with m.If(self.cpl_in.valid & self.cpl_in.ready):
+            m.d.sync += [cpl_valid.eq(1), cpl_pl.eq(self.cpl_in.payload)]
+        with m.Elif(self.cpl.ready):
+            m.d.sync += cpl_valid.eq(0)
         return m

@@ -224,9 +224,10 @@ class RxParser(wiring.Component):
 
     Latency: a frame's record is committed 2 cycles after its last beat is
     taken on ``s_axis`` (1 in the input register; its buffer writes go through a
-    register stage); with the read side idle, its ``pkt`` record is presented
-    ``max(14, regions + 12)`` cycles after the last beat (16 for 4 regions) and its
-    payload's first beat 2 cycles after that; a drop is counted about 11 cycles
+    register stage; its meta word, which waits for the two-stage ICRC, 2 cycles
+    later); with the read side idle, its ``pkt`` record is presented
+    ``max(15, regions + 13)`` cycles after the last beat (17 for 4 regions) and its
+    payload's first beat 2 cycles after that; a drop is counted about 12 cycles
     after the last beat.  Read side: 4 cycles per
     dropped frame, ``max(11, regions + 9)`` cycles per other frame plus, with a
     payload, one per payload word and 2 for the read pipeline; a frame may be as
@@ -620,10 +621,25 @@ class RxParser(wiring.Component):
                 | Mux(mk_b2, Const(0x0000FF000000FFFF, 64), 0)      # FL, hop limit
                 | Mux(mk_r1, Const(0x0000FFFF00000000, 64), 0)      # UDP checksum
                 | Mux(mk_r2, Const(0x0000000000FF0000, 64), 0))     # BTH byte 4
+        # Two stages: the beat's own share of the CRC (an XOR network over the masked beat
+        # alone) is registered first (dx), then folded into the running state (the state's
+        # share is an XOR of at most 32 state bits), so the CRC register's loop stays short.
+        # The CRC of a frame is final two cycles after its last beat.
+        # (the beat's share in two halves, bytes 0..3 and 4..7: two XOR networks of half
+        # the inputs each)
         crc = _data(32)
+        dx_lo, dx_hi, dx_first = _data(32), _data(32), _data()
+        dx_v = Signal()
+        tm = Signal(64)
+        m.d.comb += tm.eq(td | mask)
+        m.d.sync += dx_v.eq(fire)
         with m.If(fire):
-            m.d.sync += crc.eq(Mux(first, _CRC_AFTER_BEAT0,
-                                   crc32_update(crc, td | mask, 8)))
+            m.d.sync += [dx_lo.eq(crc32_update(Const(0, 32), Cat(tm[0:32], Const(0, 32)), 8)),
+                         dx_hi.eq(crc32_update(Const(0, 32), Cat(Const(0, 32), tm[32:64]), 8)),
+                         dx_first.eq(first)]
+        with m.If(dx_v):
+            m.d.sync += crc.eq(Mux(dx_first, _CRC_AFTER_BEAT0,
+                                   crc32_update(crc, Const(0, 64), 8) ^ dx_lo ^ dx_hi))
 
         # ---------------------------------------------------------------- frame end (stage E)
         # Length-dependent checks at the last beat; every other check one cycle later from
@@ -682,8 +698,9 @@ class RxParser(wiring.Component):
         exp_crc = _data(32)
         m.d.sync += exp_crc.eq(Array(Const(c, 32) for c in _ICRC_PADDED)[fill])
         # ICRC verdict, registered every cycle (crc and exp_crc hold until the verdict is
-        # written: the next frame's first beat is taken at the earliest with it), and patched
-        # into the meta word on its way into the buffer (wr_meta), one cycle after the rest
+        # written: the next frame's first beat is taken at the earliest with it, and reaches
+        # crc two cycles later), and patched into the meta word on its way into the buffer
+        # (wr_meta, two cycles after the verdict: the meta word waits in mw_*)
         icrc_bad = _data()
         m.d.sync += icrc_bad.eq(~trimmed & (crc32_final(crc) != exp_crc))
         meta = Signal(_Meta)
@@ -735,8 +752,18 @@ class RxParser(wiring.Component):
         m.d.comb += ahead.eq(lim2 - baddr)
         # (no beat is written while v_valid: the next frame is at its beat 0 at most)
         m.d.comb += wr_patch[icrc_pos].eq(wr_meta & icrc_bad)
-        m.d.sync += [wr_meta.eq(v_do), wr_en.eq(v_do | (fire & beat_wr)), wr_addr.eq(Mux(v_valid, commit_ptr, baddr)),
-                     wr_data.eq(Mux(v_valid, meta.as_value(),
+        # The meta word is written two cycles after the verdict (v_do), when its ICRC check
+        # is final: it waits one cycle in mw_*.  No beat is written then: the next frame's
+        # first beat is taken with the verdict at the earliest, and only its third beat
+        # (taken two cycles after the verdict, written the cycle after) writes.
+        mw_v = Signal()
+        mw_addr, mw_data = _data(abits), _data(_Meta.size)
+        m.d.sync += mw_v.eq(v_do)
+        with m.If(v_do):
+            m.d.sync += [mw_addr.eq(commit_ptr), mw_data.eq(meta.as_value())]
+        m.d.sync += [wr_meta.eq(mw_v), wr_en.eq(mw_v | (fire & beat_wr)),
+                     wr_addr.eq(Mux(mw_v, mw_addr, baddr)),
+                     wr_data.eq(Mux(mw_v, mw_data,
                                     Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48]))))]
         # The parser stalls (stall, registered from the next values of its terms) while the
         # beat would write a word that is not free, and while the previous frame's verdict
@@ -926,7 +953,7 @@ class RxParser(wiring.Component):
         # rd_ptr != commit_vis, registered: rd_ptr moves only when the sequencer enters
         # IDLE, so from the second IDLE cycle on (settled) the compare is current.
         has_rec, settled = Signal(), Signal()
-        m.d.sync += [has_rec.eq(rd_ptr != commit_ptr), settled.eq(st == IDLE)]
+        m.d.sync += [has_rec.eq(rd_ptr != commit_vis), settled.eq(st == IDLE)]
         with m.Switch(st):
             with m.Case(IDLE):
                 m.d.comb += rd_addr.eq(rd_ptr)

@@ -293,6 +293,7 @@ class SackTracker(wiring.Component):
         # ---- packet / ACK context registers -------------------------------
         cur = Signal(RxPacket, reset_less=True)
         cur_hm1 = Signal(24 - wbits, reset_less=True)   # PSN bits [wbits, 24) of cur, minus 1
+        oh_cur = Signal(_W, reset_less=True)    # cur's bit in its bitmap word (one-hot)
         ack_need = Signal()
         ack_probe = Signal()            # the ACK being built is a probe reply
         ack_nack = Signal()             # ... a trim NACK
@@ -300,11 +301,13 @@ class SackTracker(wiring.Component):
         ack_flags = Signal(8)
         clr_word = Signal(range(nwords + 1))
         j = Signal(range(_ACK_READS + 1))   # ACK build: bitmap words read so far
+        j_last = Signal()               # ... j == _ACK_READS (registered with j)
+        ack_lo = Signal(wbits)          # ... PSN (low bits) of the word read next: e + 16 j
         prev = Signal(_W, reset_less=True)
 
         with m.If(take):
             m.d.sync += [cur.eq(nxt), q.eq(nxt.qp), ack_timer.eq(0),
-                         cur_hm1.eq(nxt.psn[wbits:] - 1)]
+                         cur_hm1.eq(nxt.psn[wbits:] - 1), oh_cur.eq(one_hot(nxt.psn))]
 
         # One QP's arithmetic, shared by every state: e = ePSN of QP q, e1 = e + 1 (register:
         # loaded in CLASS, stepped with every slide).
@@ -325,6 +328,8 @@ class SackTracker(wiring.Component):
         at_e = Signal()
         cnt_hit = Signal()              # the count of new packets reaches ack_every
         next_set = Signal()             # the PSN after cur.psn is set (in cur.psn's word)
+        last_wrap = Signal()            # cur is flagged last, or the last PSN of its word
+        hit_ce = Signal()               # the count reaches ack_every, or cur is CE-marked
         is_new = Signal()
         is_dup = Signal()
         m.d.comb += [
@@ -401,7 +406,8 @@ class SackTracker(wiring.Component):
             # Build an ACK next; read its first bitmap word now when the output is free.
             m.next = "ACK"
             m.d.comb += rd_lo.eq(lo)
-            m.d.sync += j.eq(~self.ack.valid)
+            m.d.sync += [j.eq(~self.ack.valid), j_last.eq(0),
+                         ack_lo.eq(lo[:wbits] + Mux(self.ack.valid, 0, _W))]
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -410,7 +416,8 @@ class SackTracker(wiring.Component):
                     m.next = "CLEAR"
                 with m.Elif(timeout.any()):
                     m.d.sync += [q.eq(to_qp), ack_timer.eq(1), ack_probe.eq(0), ack_nack.eq(0),
-                                 ack_flags.eq(0), j.eq(0)]
+                                 ack_flags.eq(0), j.eq(0), j_last.eq(0),
+                                 ack_lo.eq(sel(epsn, to_qp)[:wbits])]
                     m.next = "ACK"
                 with m.Else():
                     take_packet()
@@ -419,16 +426,17 @@ class SackTracker(wiring.Component):
                 # word = bitmap word of cur.psn (read when the packet was taken).
                 m.d.comb += rd_lo.eq(cur.psn)
                 lo_p, lo_e = cur.psn[:wbits], e[:wbits]
-                oh_cur = one_hot(cur.psn)
                 m.d.sync += [
                     # off = cur.psn - e < window: the high PSN bits equal e's, or e's + 1
                     # when the low bits borrow.
                     in_win.eq(Mux(lo_p < lo_e, cur_hm1 == e[wbits:], cur.psn[wbits:] == e[wbits:])),
                     behind.eq((cur.psn - e)[23]),
                     at_e.eq((cur.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)),
-                    bit_cur.eq(word.bit_select(cur.psn[:_WLOG], 1)),
-                    next_set.eq(Cat(word[1:], Const(0, 1)).bit_select(cur.psn[:_WLOG], 1)),
+                    bit_cur.eq((word & oh_cur).any()),
+                    next_set.eq((word[1:] & oh_cur[:_W - 1]).any()),
                     cnt_hit.eq(every_0 | (sel(unacked) >= every_m1)),
+                    last_wrap.eq(cur.last | cur.psn[:_WLOG].all()),
+                    hit_ce.eq(every_0 | (sel(unacked) >= every_m1) | cur.ecn_ce),
                     qp_ok.eq((q < qps) & sel(qvalid)),
                     # the slide registers as if the packet were new at e
                     cw.eq(word | oh_cur), cl.eq(Mux(cur.last, last_w | oh_cur, last_w & ~oh_cur)),
@@ -467,8 +475,12 @@ class SackTracker(wiring.Component):
                         with m.Else():
                             m.d.comb += cnt["out_of_window"].eq(1)
                         m.d.sync += ack_need.eq(trig | ce)
+                        # Nothing more (no slide, no ACK): decided from registers only.
                         # In order: slide on through the registered word (or the next word).
-                        with m.If(is_new & at_e & cur.last):
+                        with m.If(~is_dup & ~(is_new & ((at_e & (last_wrap | next_set))
+                                                         | hit_ce))):
+                            finish()
+                        with m.Elif(is_new & at_e & cur.last):
                             m.next = "SETTLE"
                         with m.Elif(is_new & at_e & wrap):
                             m.d.comb += rd_lo.eq(e1)
@@ -512,10 +524,12 @@ class SackTracker(wiring.Component):
             with m.State("ACK"):
                 # Read bitmap words e>>4 .. e>>4 + 4 one per cycle (j = words already asked
                 # for) and shift each pair into 16 bitmap bits: bits e .. e+63.
-                m.d.comb += [rd_lo.eq(e[:wbits] + (j << _WLOG)), e_load.eq(1), e_dec.eq(1)]
+                # (rd_lo = e + 16 j from the register ack_lo, stepped with j)
+                m.d.comb += [rd_lo.eq(ack_lo), e_load.eq(1), e_dec.eq(1)]
                 with m.If((j != 0) | ~self.ack.valid):
-                    m.d.sync += [j.eq(j + 1), prev.eq(word)]
-                with m.If(j == _ACK_READS):
+                    m.d.sync += [j.eq(j + 1), prev.eq(word), j_last.eq(j == _ACK_READS - 1),
+                                 ack_lo.eq(ack_lo + _W)]
+                with m.If(j_last):
                     m.d.comb += ack_we.eq(1)
                     finish()
 
