@@ -168,7 +168,8 @@ class MRCNic(wiring.Component):
     probe_reply : Out(stream.Signature(ProbeReply))
         The reply of the pending controller probe (matched by the echoed EV and
         time stamp), with its RTT in ns; 4-deep FIFO, a reply that finds it
-        full is dropped.  No reply (broken path) means nothing comes out.
+        full is dropped.  The reply is written into the FIFO 3 cycles after its ACK's
+        transfer on the receive pipeline's ``ack_rx``.  No reply (broken path) means nothing comes out.
     evcnt_rd_en, evcnt_rd_addr, evcnt_rd_data : In(1), In(8), Out(EvCounters)
         Per-EV counters (:class:`~mrcnic.rtl.ev_counters.EvCounterBank`):
         data packets sent (new and retransmitted), clean ACKs, ECN echoes, trim
@@ -402,13 +403,17 @@ class MRCNic(wiring.Component):
         take_rel = rel.probe.valid & free
         take_man = self.probe_req.valid & free & ~rel.probe.valid
         man = Signal(ProbeReq)
+        # The probe copy is read every cycle (no read enable: no enable fan-out over the read
+        # port) at the address of the request that would be taken; ``pending`` (the cycle
+        # after a take) uses the read of the take's cycle, and no take happens in a record-
+        # write cycle, so a read that meets a write is never used.
         m.d.comb += [
             man.qp.eq(self.probe_req.payload.qp), man.index.eq(self.probe_req.payload.index),
             man.ts.eq(rel.now_ns),
             rel.probe.ready.eq(free),
             self.probe_req.ready.eq(free & ~rel.probe.valid),
-            probe_table.en.eq(take_rel | take_man),
-            probe_table.addr.eq(Mux(take_rel, rel.probe.payload.index,
+            probe_table.en.eq(1),
+            probe_table.addr.eq(Mux(rel.probe.valid, rel.probe.payload.index,
                                     self.probe_req.payload.index)),
             rx.probe.payload.eq(out), rx.probe.valid.eq(out_valid),
         ]
@@ -416,17 +421,18 @@ class MRCNic(wiring.Component):
             m.d.sync += [req.eq(rel.probe.payload), req_manual.eq(0), pending.eq(1)]
         with m.Elif(take_man):
             m.d.sync += [req.eq(man), req_manual.eq(1), pending.eq(1)]
-        # the pending controller probe: {index, EV, ts}
+        # the pending controller probe: {index, EV, ts}, armed from ``out`` one cycle after
+        # ``pending`` (the block-RAM read data goes to ``out`` only: its register becomes the
+        # EBR's output register on ECP5, enable ``pending``)
         pm_valid, pm_index, pm_ev, pm_ts = Signal(), Signal(8), Signal(32), Signal(32)
+        pm_arm = Signal()
+        m.d.sync += pm_arm.eq(pending & req_manual)
         with m.If(pending):
             m.d.sync += [
                 out.qp.eq(req.qp), out.probe_id.eq(req.index), out.ts.eq(req.ts),
                 out.entry.ev.eq(probe_table.data.ev), out.entry.port.eq(probe_table.data.port),
                 out.entry.da.eq(probe_table.data.da), out_valid.eq(1), pending.eq(0),
             ]
-            with m.If(req_manual):
-                m.d.sync += [pm_valid.eq(1), pm_index.eq(req.index),
-                             pm_ev.eq(probe_table.data.ev), pm_ts.eq(req.ts)]
         with m.If(rx.probe.valid & rx.probe.ready):
             m.d.sync += out_valid.eq(0)
 
@@ -440,19 +446,39 @@ class MRCNic(wiring.Component):
         m.d.sync += [a_reply.eq(a.valid & a.ready & (a.payload.kind == RxKind.ACK)
                                 & ((a.payload.ack.flags & wire.SACK_PROBE_REPLY) != 0)),
                      a_ev.eq(a.payload.ack.ev), a_ts.eq(a.payload.ack.ts)]
-        hit = a_reply & pm_valid & (a_ev == pm_ev) & (a_ts == pm_ts)
-        m.d.comb += [reply.index.eq(pm_index), reply.rtt_ns.eq(rel.now_ns - pm_ts),
-                     prf.w_en.eq(hit), prf.w_data.eq(reply),
+        # the 64-bit match is registered (two 32-bit compares), then the hit (hit_q, reply_q): the FIFO's
+        # write enable comes from a flip-flop (two cycles more; the RTT is taken with the time
+        # of the cycle after the ACK, as before: b_now).  A match made against a probe that is
+        # replaced in that cycle (pm_arm: b_kept low) is void.
+        b_reply, b_ev_eq, b_ts_eq, b_kept, b_now = (Signal(), Signal(), Signal(), Signal(),
+                                                     Signal(32))
+        m.d.sync += [b_reply.eq(a_reply), b_ev_eq.eq(a_ev == pm_ev), b_ts_eq.eq(a_ts == pm_ts),
+                     b_kept.eq(~pm_arm), b_now.eq(rel.now_ns)]
+        hit = Signal()
+        hit_q = Signal()
+        reply_q = Signal(ProbeReply)
+        m.d.comb += [hit.eq(b_reply & b_ev_eq & b_ts_eq & b_kept & pm_valid),
+                     reply.index.eq(pm_index), reply.rtt_ns.eq(b_now - pm_ts)]
+        m.d.sync += [hit_q.eq(hit), reply_q.eq(reply)]
+        m.d.comb += [prf.w_en.eq(hit_q), prf.w_data.eq(reply_q),
                      self.probe_reply.valid.eq(prf.r_rdy), self.probe_reply.payload.eq(prf.r_data),
                      prf.r_en.eq(self.probe_reply.ready)]
         with m.If(hit):
             m.d.sync += pm_valid.eq(0)
+        # a probe armed in the cycle of a hit (of the previous probe) stays armed
+        with m.If(pm_arm):
+            m.d.sync += [pm_valid.eq(1), pm_index.eq(out.probe_id[:8]),
+                         pm_ev.eq(out.entry.ev), pm_ts.eq(out.ts)]
 
         # per-EV counters
         m.submodules.evcnt = evcnt = EvCounterBank(self.paths)
+        # the sent tap is registered before the bank (the handshake is the transmit
+        # pipeline's and reliability's; the counters take it one cycle later)
         sent = tx.sent
+        sent_q, sent_idx_q = Signal(), Signal(8)
+        m.d.sync += [sent_q.eq(sent.valid & sent.ready), sent_idx_q.eq(sent.payload.index)]
         m.d.comb += [
-            evcnt.sent_en.eq(sent.valid & sent.ready), evcnt.sent_index.eq(sent.payload.index),
+            evcnt.sent_en.eq(sent_q), evcnt.sent_index.eq(sent_idx_q),
             evcnt.stat_en.eq(rel.stat_en), evcnt.stat_index.eq(rel.stat_index),
             evcnt.stat_kind.eq(rel.stat_kind),
             evcnt.probe_en.eq(rx.probe.valid & rx.probe.ready),

@@ -602,17 +602,33 @@ class SprayScheduler(wiring.Component):
                                           Signal(name=f"retry{k}"), Signal(name=f"issue{k}"),
                                           Signal(name=f"have{k}"))
         ne = occ[0]
+        rdy = dec.ready
         # S1 frees this cycle: always (empty, or S2 empty), or when ``ready`` (S2 full)
         free0, free1 = Signal(name=f"free0_{k}"), Signal(name=f"free1_{k}")
         m.d.comb += [
             have.eq(ne | d_mine),
             free0.eq(have & (~s1_valid | (~clash & ~dec_valid))),
             free1.eq(have & s1_valid & ~clash),
-            adv2.eq(~dec_valid | dec.ready),
             retry.eq(s1_valid & clash),                   # S1's read clashed: read it again
-            move.eq(s1_valid & ~clash & adv2),            # S1 -> S2
-            issue.eq(free0 | (free1 & dec.ready)),        # a new read (queue head or D's pick)
-            en.eq(retry | issue),
+        ]
+        # Every enable and next value is prepared from registers for ready = 0 (``*_0``) and
+        # ready = 1 (``*_1``); ``ready`` is the last mux (one LUT level from ``ready`` to the
+        # flip-flops and the block RAM's enables).
+        def both(name, f):
+            v0, v1 = Signal(name=f"{name}{k}_r0"), Signal(name=f"{name}{k}_r1")
+            m.d.comb += [v0.eq(f(0)), v1.eq(f(1))]
+            return v0, v1
+        adv2_r = both("adv2_", lambda r: ~dec_valid | r)
+        move_r = both("move", lambda r: s1_valid & ~clash & adv2_r[r])             # S1 -> S2
+        issue_r = both("issue", lambda r: free0 | (free1 & r))   # a new read (queue head or D's)
+        en_r = both("en", lambda r: retry | issue_r[r])
+        s1n_r = both("s1n", lambda r: en_r[r] | (s1_valid & ~move_r[r]))
+        dvn_r = both("dvn", lambda r: Mux(adv2_r[r], move_r[r], dec_valid))
+        s1_next, dec_next = Signal(name=f"s1_next{k}"), Signal(name=f"dec_next{k}")
+        for x, (x0, x1) in ((adv2, adv2_r), (move, move_r), (issue, issue_r), (en, en_r),
+                            (s1_next, s1n_r), (dec_next, dvn_r)):
+            m.d.comb += x.eq(Mux(rdy, x1, x0))
+        m.d.comb += [
             addr.eq(Mux(retry, s1_index, Mux(ne, qr.data, d_index))),
             adv.eq(adv2),
             qr.addr.eq(rptr),
@@ -622,17 +638,18 @@ class SprayScheduler(wiring.Component):
         # takes the entry at rptr
         with m.If(d_mine):
             m.d.sync += wptr.eq(wptr + 1)
-        with m.If(issue):
-            m.d.sync += rptr.eq(rptr + 1)
         up = Cat(C(1, 1), occ[:-1])             # occupancy + 1
         down = Cat(occ[1:], C(0, 1))            # occupancy - 1
-        m.d.sync += occ.eq(Mux(issue, Mux(d_mine, occ, down), Mux(d_mine, up, occ)))
-        with m.If(en):
-            m.d.sync += [s1_valid.eq(1), s1_index.eq(addr)]
-        with m.Elif(move):
-            m.d.sync += s1_valid.eq(0)
-        with m.If(adv2):
-            m.d.sync += [dec_valid.eq(move), dec_index.eq(s1_index)]
+        # the registers ``ready`` acts on: next values for both of its values, ``ready`` last
+        for reg, f in ((rptr, lambda r: Mux(issue_r[r], rptr + 1, rptr)),
+                       (occ, lambda r: Mux(issue_r[r], Mux(d_mine, occ, down),
+                                           Mux(d_mine, up, occ))),
+                       (s1_index, lambda r: Mux(en_r[r], addr, s1_index)),
+                       (dec_index, lambda r: Mux(adv2_r[r], s1_index, dec_index))):
+            n0, n1 = Signal.like(reg, name=f"{reg.name}_r0"), Signal.like(reg, name=f"{reg.name}_r1")
+            m.d.comb += [n0.eq(f(0)), n1.eq(f(1))]
+            m.d.sync += reg.eq(Mux(rdy, n1, n0))
+        m.d.sync += [s1_valid.eq(s1_next), dec_valid.eq(dec_next)]
         m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index),
                      dec.payload.entry.eq(rdata),
                      dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
