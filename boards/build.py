@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .ebr_outreg import absorb_file
+from .rw_check import mark_file
 
 __all__ = ["BOARDS", "ALIASES", "resolve_board", "build_board", "make_top", "parse_report", "parse_yosys_stat",
            "parse_pnr_utilisation", "BuildError", "CLASSIC_ABC"]
@@ -173,6 +174,7 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
         nextpnr_opts=f"--report top.report.json --timing-allow-fail --seed {seed} --router router2",
     )
     plan.extract(str(root))
+    rw_marked = mark_file(root / "top.il")     # no_rw_check -> COLLISION_X_MASK (Yosys 0.70)
     seconds["elaborate"] = round(time.monotonic() - t0, 1)
     say("elaborate", "done", seconds["elaborate"])
 
@@ -240,6 +242,7 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
         "seconds": seconds,
         "yosys_cells": cells,
         "ebr_outreg_ffs": absorbed,
+        "no_rw_check_ports": rw_marked,
         "fits": all(v["used"] <= v["available"] for v in util.values()) and error is None,
         "error": error,
         "core": getattr(top, "core", None),
