@@ -171,7 +171,10 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
         # design: stop synth_ecp5 before LUT mapping, map with classic ABC, then finish.
         synth_opts="-run :map_luts",
         script_after_synth=CLASSIC_ABC + "\ntee -q -o top.stat stat",
-        nextpnr_opts=f"--report top.report.json --timing-allow-fail --seed {seed} --router router2",
+        # router1 (nextpnr's default): on the Versa build (commit 3e2a120) router2's overuse
+        # fell to ~3.4K and then grew again (diverged); router1 routed the same placement in
+        # ~10 min with the NIC clock at 129 MHz.
+        nextpnr_opts=f"--report top.report.json --timing-allow-fail --seed {seed} --router router1",
     )
     plan.extract(str(root))
     rw_marked = mark_file(root / "top.il")     # no_rw_check -> COLLISION_X_MASK (Yosys 0.70)
