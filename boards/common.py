@@ -591,7 +591,8 @@ class NicBoardTop(wiring.Component):
         rx_present = []
         macs = []
         for i in range(self.ports):
-            mac = EthMac(tx_domain="eth_tx", rx_domain=f"eth{i}_rx")
+            mac = EthMac(tx_domain="eth_tx", rx_domain=f"eth{i}_rx",
+                         tx_same_clock=True)      # clocking(): eth_tx is the sync clock
             m.submodules[f"mac{i}"] = mac
             macs.append(mac)
             if platform is not None:

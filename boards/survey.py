@@ -149,7 +149,7 @@ def _board_parts(hostmem: int):
     from .common import AxilSplit, BoardRegs, HostMemory
     return [
         ("hostmem", HostMemory(hostmem), 1),
-        ("mac", EthMac(tx_domain="eth_tx", rx_domain="eth0_rx"), 2),
+        ("mac", EthMac(tx_domain="eth_tx", rx_domain="eth0_rx", tx_same_clock=True), 2),
         ("uart", UartAxilBridge(clk_hz=125_000_000, baud=115200), 1),
         ("board_regs", BoardRegs(hostmem // 4), 1),
         ("axil_split", AxilSplit(), 1),

@@ -167,6 +167,10 @@ class AckGen(wiring.Component):
     a 64-bit one); the multiplexer, selected by a one-hot beat register, loads
     a 64-bit beat register that is both the CRC pass's input (one beat per 8
     cycles) and the output register (``tdata``, ``tlast`` come from flip-flops).
+    Kind-specific fields (the DA, the ACK's PSN and AETH + MRCSack, the
+    probe's MRCProbe) have a register per kind, loaded straight from their
+    stream, and the multiplexer's selects are one-hot beat registers per
+    condition (kind, SRV6 arrival form, ICRC pass).
     The first beat is valid 79 cycles (ACK) / 67 cycles (probe) after the
     request is taken, then the beats follow without a gap.  One frame at a
     time, so a new request is taken the cycle after the last beat's handshake
@@ -230,26 +234,29 @@ class AckGen(wiring.Component):
                          qp_rd.addr.eq(new_qp)]
             new_ctx = qp_rd.data
 
-        # The frame's fields, registered when its request is taken (kind-specific
-        # choices made there, so the beat mux below selects registers only).
+        # The frame's fields, registered when its request is taken.  Fields of one kind
+        # only (ACK: cumulative PSN, AETH + MRCSack; probe: MRCProbe) and the DA (from
+        # the path or the probe entry) have a register per kind, loaded straight from
+        # their stream, and the beat mux selects by kind: cheaper than a kind multiplexer
+        # in front of one register (the beat mux has a select per beat anyway).
         peer_qpn = Signal(24, reset_less=True)      # BTH.DestQP (QP context)
         peer_usid = Signal(16, reset_less=True)     # SRV6 arrival DA bytes 4..5 (QP context)
         dst_mac = Signal(48, reset_less=True)       # next_hop_mac[port]
         port = Signal(3, reset_less=True)           # plane
         port_oh = Signal(self.ports, reset_less=True)   # ... one-hot (selects tvalid / tready)
-        da = Signal(128, reset_less=True)           # IPv6 DA
+        a_da = Signal(128, reset_less=True)         # IPv6 DA of an ACK (path entry)
+        p_da = Signal(128, reset_less=True)         # ... of a probe (probe entry)
         fl = Signal(20, reset_less=True)            # flow label (EV mode applied)
         sport = Signal(16, reset_less=True)         # UDP source port (EV mode applied)
-        psn = Signal(24, reset_less=True)           # BTH.PSN: cum_psn (ACK) or 0 (probe)
-        tail = Signal(8 * 24, reset_less=True)      # bytes 74..97 in lane order: AETH +
-        #                                             MRCSack (ACK) or MRCProbe + zeros
+        a_psn = Signal(24, reset_less=True)         # BTH.PSN of an ACK: cum_psn (probe: 0)
+        a_tail = Signal(8 * 24, reset_less=True)    # ACK bytes 74..97: AETH + MRCSack
+        p_tail = Signal(8 * 12, reset_less=True)    # probe bytes 74..85: MRCProbe
         is_probe = Signal()               # kind of the frame being built
         last_ack = Signal()               # the last request taken was an ACK
         busy = Signal()                   # a frame is being built (ICRC pass, then beats)
         sending = Signal()                # ... and its beats are being sent
         fill = Signal()                   # ICRC pass: ``word`` not loaded yet
         beat = Signal(4, reset_less=True)   # the next beat to load into ``word``
-        beat_oh = Signal(_BEATS, reset_less=True)   # ... one-hot (selects the beat mux)
         half = Signal(3, reset_less=True)   # ICRC pass: byte of ``word`` taken this cycle
         half7 = Signal(reset_less=True)     # ... half == 7 (registered with half)
         crc = Signal(32, reset_less=True)
@@ -258,49 +265,69 @@ class AckGen(wiring.Component):
         out_last = Signal()               # ... the frame's last
         g = self.globals
         view = Signal()                   # ICRC pass: the beat mux shows the ICRC view
-        sv = Signal()                     # ... and the DA its SRV6 arrival form
+        # The beat about to be loaded into ``word``, one-hot, once per condition under
+        # which a term of the beat mux applies (each a register, so that every term of
+        # the AND-OR is one select flip-flop and one data bit):
+        #   all: any frame; a / p: an ACK / a probe; sv: the ICRC pass of an SRV6 frame
+        #   (DA at its arrival form); nsv_a / nsv_p: ACK / probe outside that; v: the
+        #   ICRC pass (masked bytes shown as ones).
+        conds = ("all", "a", "p", "sv", "nsv_a", "nsv_p", "v")
+        oh = {c: Signal(_BEATS, reset_less=True, name=f"beat_oh_{c}") for c in conds}
+        beat_oh = oh["all"]
 
         # ---- the frame, as bytes (wire order), with the ICRC view's fields -----
         # Bytes 6..21 are constant in the ICRC view (pseudo LRH, version/TC/flow
         # label, payload length, next header, hop limit): folded into the initial
         # CRC state.  Of the later bytes, the view differs in the DA (its arrival
-        # form), the UDP checksum and BTH byte 2 (ones): those bytes show the view
-        # while ``view`` is set.
+        # form), the UDP checksum and BTH byte 4 (ones): those bytes show the view
+        # during the ICRC pass.  Each byte: its (condition, value) alternatives.
         tc = Cat(Const(wire.ECN_ECT0, 2), g.dscp)
         ver_tc_fl = Cat(fl, tc, Const(6, 4))                    # 32 bits
-        l3_len = Mux(is_probe, Const(PROBE_FRAME_BYTES - 54, 16),    # IPv6 payload = UDP length
-                     Const(ACK_FRAME_BYTES - 54, 16))
-        opcode = Mux(is_probe, wire.OP_PROBE, wire.OP_ACK)
-        da_b = _be(da, 16)
-        da_b = (da_b[:4] + [Mux(sv, b, d) for b, d in zip(_be(peer_usid, 2), da_b[4:6])]
-                + [Mux(sv, 0, d) for d in da_b[6:]])             # SRV6 arrival: block|uSID|0
-        ones = [view.replicate(8)]
+
+        def one(value, nbytes, cond="all"):
+            return [[(cond, b)] for b in _be(value, nbytes)]
+
+        def per_kind(ack, probe):
+            return [[("a", x), ("p", y)] for x, y in zip(ack, probe)]
+
+        l3_len = per_kind(_c(ACK_FRAME_BYTES - 54, 2), _c(PROBE_FRAME_BYTES - 54, 2))
+        ad, pd = _be(a_da, 16), _be(p_da, 16)
+        da_b = (per_kind(ad[:4], pd[:4])                    # block, as sent
+                + [[("nsv_a", x), ("nsv_p", y), ("sv", u)]     # SRV6 arrival: uSID
+                   for x, y, u in zip(ad[4:6], pd[4:6], _be(peer_usid, 2))]
+                + [[("nsv_a", x), ("nsv_p", y)] for x, y in zip(ad[6:], pd[6:])])   # | 0
+        ones = [[("v", Const(0xFF, 8))]]
         frame = (                                                # bytes 0..97
-            _be(dst_mac, 6) + _be(g.src_mac, 6) + _c(0x86DD, 2)
-            + _be(ver_tc_fl, 4) + _be(l3_len, 2) + _c(17, 1) + _c(64, 1)
-            + _be(g.src_ip, 16) + da_b
-            + _be(sport, 2) + _c(wire.ROCEV2_PORT, 2) + _be(l3_len, 2) + ones * 2
-            + _be(opcode, 1) + _c(0, 1) + _c(0xFFFF, 2) + ones
-            + _be(peer_qpn, 3) + _c(0, 1) + _be(psn, 3)
-            + [tail[8 * i:8 * i + 8] for i in range(24)]
+            one(dst_mac, 6) + one(g.src_mac, 6) + one(Const(0x86DD, 16), 2)
+            + one(ver_tc_fl, 4) + l3_len + one(Const(17, 8), 1) + one(Const(64, 8), 1)
+            + one(g.src_ip, 16) + da_b
+            + one(sport, 2) + one(Const(wire.ROCEV2_PORT, 16), 2) + l3_len + ones * 2
+            + per_kind(_c(wire.OP_ACK, 1), _c(wire.OP_PROBE, 1)) + [[]]
+            + one(Const(0xFFFF, 16), 2) + ones
+            + one(peer_qpn, 3) + [[]] + one(a_psn, 3, "a")
+            + [[("a", a_tail[8 * i:8 * i + 8])] + ([("p", p_tail[8 * i:8 * i + 8])]
+                                                    if i < 12 else []) for i in range(24)]
         )
         assert len(frame) == ACK_FRAME_BYTES - 4
 
-        # The ICRC (little-endian) follows byte 97 (ACK) or byte 85 (probe, whose
-        # tail bytes 86..97 are zero).
+        # The ICRC (little-endian) follows byte 97 (ACK) or byte 85 (probe).
         icrc = crc32_final(crc)
         icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]
-        pad_to = 8 * _BEATS
-        wire_bytes = frame + icrc_le + [Const(0, 8)] * (pad_to - len(frame) - 4)
+        wire_bytes = frame + [[] for _ in range(8 * _BEATS - len(frame))]
         for i, b in enumerate(icrc_le):
-            at = PROBE_FRAME_BYTES - 4 + i
-            wire_bytes[at] = wire_bytes[at] | Mux(is_probe, b, 0)
-            wire_bytes[ACK_FRAME_BYTES - 4 + i] = Mux(is_probe, 0, b)
-        # The beat mux as an AND-OR over the registered one-hot beat select (cheaper
-        # than a mux tree, and no beat decoder in front of it); it feeds ``word`` only.
+            wire_bytes[PROBE_FRAME_BYTES - 4 + i].append(("p", b))
+            wire_bytes[ACK_FRAME_BYTES - 4 + i].append(("a", b))
+        # The beat mux as an AND-OR over the registered one-hot selects (cheaper than a
+        # mux tree, and no decoder in front of it); it feeds ``word`` only.
+        terms = []
+        for b in range(_BEATS):
+            for c in conds:
+                lanes = [dict(wire_bytes[8 * b + i]).get(c) for i in range(8)]
+                if any(x is not None for x in lanes):
+                    value = Cat(*[Const(0, 8) if x is None else x for x in lanes])
+                    terms.append(Mux(oh[c][b], value, 0))
         tdata = Signal(64)
-        m.d.comb += tdata.eq(_or_tree([Mux(beat_oh[b], Cat(*wire_bytes[8 * b:8 * b + 8]), 0)
-                                       for b in range(_BEATS)]))
+        m.d.comb += tdata.eq(_or_tree(terms))
 
         # ---- ICRC pass over the same beat mux: 1 byte per cycle --------------
         # ``word`` holds beat ``beat - 1``; byte ``half`` of it, from byte 22 (beat 2
@@ -320,7 +347,7 @@ class AckGen(wiring.Component):
                 m.d.sync += [crc_byte.eq(word.word_select(half, 8)), crc_en.eq(1),
                              half.eq(half + 1), half7.eq(half == 6)]
                 with m.If(crc_last):
-                    m.d.sync += [sending.eq(1), view.eq(0), sv.eq(0)]
+                    m.d.sync += [sending.eq(1), view.eq(0)]
 
         # ---- output routing: ``word`` is the output register ---------------------
         # The sink's ready reaches ``load_word`` through one AND-OR over the registered
@@ -358,9 +385,13 @@ class AckGen(wiring.Component):
         with m.If(view & fill):
             m.d.sync += fill.eq(0)
         with m.If(load_word):
-            m.d.sync += [word.eq(tdata), beat.eq(beat + 1), beat_oh.eq(beat_oh << 1)]
+            m.d.sync += [word.eq(tdata), beat.eq(beat + 1)]
+            m.d.sync += [sel.eq(sel << 1) for sel in oh.values()]
         with m.If(view & ~fill & crc_last):           # the beats restart from beat 0
-            m.d.sync += [beat.eq(0), beat_oh.eq(1)]
+            after = {"all": 1, "a": ~is_probe, "p": is_probe, "sv": 0,
+                     "nsv_a": ~is_probe, "nsv_p": is_probe, "v": 0}
+            m.d.sync += beat.eq(0)
+            m.d.sync += [oh[c].eq(Mux(after[c], 1, 0)) for c in conds]
 
         # ---- arbitration and control ----------------------------------------
         # The choice is made from the valids one cycle ahead and registered (``want_ack``,
@@ -396,24 +427,29 @@ class AckGen(wiring.Component):
         ack_tail = Cat(*(_be(ack.syndrome, 1) + _be(ack.msn, 3) + _be(ack.ev, 4)
                          + _be(ack.flags, 1) + _be(ack.base_psn, 3) + _be(ack.bitmap, 8)
                          + _be(ack.ts, 4)))
-        probe_tail = Cat(*(_be(new_ent.ev, 4) + _be(Cat(new_ent.port, Const(0, 5)), 1)
+        probe_tail = Cat(*(_be(prb.entry.ev, 4) + _be(Cat(prb.entry.port, Const(0, 5)), 1)
                            + _c(0, 1) + _be(prb.probe_id, 2) + _be(prb.ts, 4)))
+        with m.If(take_ack):
+            m.d.sync += [a_da.eq(self.path.payload.entry.da), a_psn.eq(ack.cum_psn),
+                         a_tail.eq(ack_tail)]
+        with m.If(take_probe):
+            m.d.sync += [p_da.eq(prb.entry.da), p_tail.eq(probe_tail)]
         dropping = (new_ent.n_carriers > 1) | (new_ent.port >= self.ports)
         with m.If(take_ack | take_probe):
             m.d.sync += [
                 is_probe.eq(take_probe), last_ack.eq(take_ack),
                 peer_qpn.eq(new_ctx.peer_qpn), peer_usid.eq(new_ctx.peer_usid),
-                sv.eq(new_srv6 & ~dropping), view.eq(~dropping),
+                view.eq(~dropping),
                 dst_mac.eq(self.next_hop_mac[new_ent.port]), port.eq(new_ent.port),
                 port_oh.eq(Cat(*[new_ent.port == i for i in range(self.ports)])),
-                da.eq(new_ent.da),
                 fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
                 sport.eq(Cat(Mux(new_udp, new_ent.ev[:14], new_ent.ev[20:32]), Const(0b11, 2))),
-                psn.eq(Mux(want_probe, 0, ack.cum_psn)),
-                tail.eq(Mux(want_probe, probe_tail, ack_tail)),
-                beat.eq(_CRC_FIRST_BEAT), beat_oh.eq(1 << _CRC_FIRST_BEAT),
+                beat.eq(_CRC_FIRST_BEAT),
                 half.eq(6), half7.eq(0), fill.eq(1), sending.eq(0), out_valid.eq(0),
                 crc.eq(Mux(want_probe, _PCRC_INIT, _CRC_INIT))]
+            start = {"all": 1, "a": ~want_probe, "p": want_probe, "sv": new_srv6,
+                     "nsv_a": ~want_probe & ~new_srv6, "nsv_p": want_probe & ~new_srv6, "v": 1}
+            m.d.sync += [oh[c].eq(Mux(start[c], 1 << _CRC_FIRST_BEAT, 0)) for c in conds]
             with m.If(dropping):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():

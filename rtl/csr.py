@@ -47,9 +47,9 @@ class CsrBank(wiring.Component):
     one cycle later (a table command answers after the entry has moved, see
     below).  A read is accepted only while no complete write is waiting to
     execute; the read address is registered, the register is sampled in the
-    next cycle (:attr:`EXT_LATENCY` = 2 cycles later with ``external``
-    registers) and ``rvalid`` follows two cycles after the sample (3 cycles
-    after the AR handshake, 5 with ``external``).  Responses hold until ``bready`` /
+    next cycle (``ext_latency`` cycles later with ``external`` registers,
+    default :attr:`EXT_LATENCY` = 2) and ``rvalid`` follows two cycles after the
+    sample (3 cycles after the AR handshake, 3 + ``ext_latency`` with ``external``).  Responses hold until ``bready`` /
     ``rready``.  Address bits 1:0 are ignored; byte strobes are honoured.
     For the first 16..64 cycles after reset (the depth of the RW readback copy,
     which is rewritten with the reset values meanwhile) no transaction is
@@ -100,6 +100,9 @@ class CsrBank(wiring.Component):
         Names of RO registers read through the shared ``ext_rd_data`` port
         instead of ports of their own (for a keeper that computes the value
         of the register being read, e.g. a sum of counters).
+    ext_latency : int
+        With ``external``: cycles from ``rd_stb`` to the sample of ``ext_rd_data``
+        (2..64, default :attr:`EXT_LATENCY`); it lengthens every read.
 
     Attributes
     ----------
@@ -148,16 +151,20 @@ class CsrBank(wiring.Component):
     rd_addr : Out(14)
         With ``external``: word address (byte offset / 4) of the register
         being read, valid from the cycle after the AR handshake to ``rvalid``.
+    rd_stb : Out(1)
+        With ``external``: high in the first cycle of ``rd_addr`` (the cycle after the
+        AR handshake; every read, of any register), from a flip-flop.
     ext_rd_data : In(32)
         With ``external``: value of the ``external`` register at ``rd_addr``,
-        sampled the third cycle after the AR handshake (``rd_addr`` is valid
-        :attr:`EXT_LATENCY` = 2 cycles before: the keeper may register twice).
+        sampled ``ext_latency`` cycles after the ``rd_stb`` cycle (the keeper may
+        register ``ext_latency`` times).
     irq : Out(1)
         OR of ``IRQ_STATUS & IRQ_ENABLE`` (fields matched by name).
     """
 
     def __init__(self, regmap: RegMap = REGMAP, table_read_latency: int = 1, *,
-                 table_serial: bool = False, table_word_latency: int = 1, external=()):
+                 table_serial: bool = False, table_word_latency: int = 1, external=(),
+                 ext_latency: int = 2):
         if not isinstance(regmap, RegMap):
             raise ValueError(f"regmap must be a mrcnic.regmap.RegMap, not {type(regmap).__name__}")
         if not (isinstance(table_read_latency, int) and 1 <= table_read_latency <= 16):
@@ -176,6 +183,8 @@ class CsrBank(wiring.Component):
         elif table_serial:
             raise ValueError("table_serial needs a map with tables")
         external = frozenset(external)
+        if not (isinstance(ext_latency, int) and 2 <= ext_latency <= 64):
+            raise ValueError(f"ext_latency must be 2..64 cycles, not {ext_latency!r}")
         for name in sorted(external):
             if name not in regmap:
                 raise ValueError(f"external register {name} is not in the map")
@@ -185,6 +194,7 @@ class CsrBank(wiring.Component):
         self.regmap, self.table_read_latency = regmap, table_read_latency
         self.table_serial, self.external = bool(table_serial), external
         self.table_word_latency = table_word_latency
+        self.ext_latency = ext_latency
         members = {"s_axil": In(Axi4LiteSignature(regmap.addr_width, regmap.data_width))}
         for r in regmap.registers:
             if r.internal or r.const or r.name in external:
@@ -218,6 +228,7 @@ class CsrBank(wiring.Component):
             })
         if external:
             members["rd_addr"] = Out(regmap.addr_width - 2)
+            members["rd_stb"] = Out(1)
             members["ext_rd_data"] = In(32)
         self._irq = "IRQ_STATUS" in regmap and "IRQ_ENABLE" in regmap
         if self._irq:
@@ -337,8 +348,8 @@ class CsrBank(wiring.Component):
 
         # ---- read side: registered word address, mux tree, separate full decode ----------
         ar_word = Signal(abits)
-        # with external registers: EXT_LATENCY more cycles (rd_addr to the sample)
-        rd_wait = Signal(range(self.EXT_LATENCY + 1))
+        # with external registers: ext_latency more cycles (rd_addr to the sample)
+        rd_wait = Signal(range(self.ext_latency + 1))
         sample = Signal()                   # this cycle samples the register at ar_word
         mapped = {r.offset >> 2: r for r in rm.registers}
         # the tree in two registered stages: its subtrees (sample cycle), then its top
@@ -367,6 +378,7 @@ class CsrBank(wiring.Component):
             m.d.sync += getattr(self, r.name.lower() + "_rd_stb").eq(0)
         if self.external:
             m.d.comb += self.rd_addr.eq(ar_word)
+            m.d.sync += self.rd_stb.eq(0)
 
         write_ready = aw_full & w_full
         aw_hit = Signal(len(rm.registers))  # WRITE state: register i is addressed (one-hot)
@@ -402,7 +414,9 @@ class CsrBank(wiring.Component):
                     m.d.comb += axil.arready.eq(1)
                     with m.If(axil.arvalid):
                         m.d.sync += [ar_word.eq(axil.araddr[2:]),
-                                     rd_wait.eq(self.EXT_LATENCY if self.external else 0)]
+                                     rd_wait.eq(self.ext_latency if self.external else 0)]
+                        if self.external:
+                            m.d.sync += self.rd_stb.eq(1)
                         if not self.external:
                             m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
                                 axil.araddr[2:] == r.offset >> 2) for r in pops]
@@ -426,7 +440,7 @@ class CsrBank(wiring.Component):
                     m.d.sync += rd_wait.eq(rd_wait - 1)
                     if sh is not None:      # the RW copy's word, from the registered address
                         m.d.sync += sh["idx_r"].eq(sh_index(ar_word))
-                    if self.external:       # (EXT_LATENCY >= 2 wait cycles)
+                    if self.external:       # (ext_latency >= 2 wait cycles)
                         m.d.sync += [rd_hit_q.eq(rd_hit_grp), hit_q.eq(rd_hit_q.any())]
                     with m.If(rd_wait == 1):        # the cycle before the sample
                         m.d.sync += [getattr(self, r.name.lower() + "_rd_stb").eq(
@@ -523,9 +537,9 @@ class CsrBank(wiring.Component):
     #: levels of the read multiplexer tree in the second (registered) read stage
     RD_SPLIT = 3
 
-    #: With ``external`` registers: cycles from ``rd_addr`` valid (the cycle after the AR
-    #: handshake) to the sample of ``ext_rd_data`` (room for a registered select and a
-    #: registered sum in the keeper).
+    #: With ``external`` registers: default cycles from ``rd_addr`` valid (the cycle after
+    #: the AR handshake) to the sample of ``ext_rd_data`` (room for a registered select and
+    #: a registered sum in the keeper); see ``ext_latency``.
     EXT_LATENCY = 2
 
     @staticmethod
@@ -621,13 +635,18 @@ class CsrBank(wiring.Component):
             m.d.sync += [c.eq(cap), k.eq(cap_k), ok.eq(cap_ok)]
             cap, cap_k, cap_ok = c, k, ok
         m.d.comb += tbl_d.eq(Mux(cap, Mux(cap_ok, self.tbl_rd_word, 0), w_data))
-        with m.If(cap):
-            with m.Switch(cap_k):
-                for k in range(nw):
-                    with m.Case(k):
-                        m.d.sync += store[f"TBL_DATA{k}", "value"].eq(tbl_d)
+        # each TBL_DATA byte lane has one load enable (a bus write's strobe, set in the WRITE
+        # state by _write, or the serial load of its word) and one data input (tbl_d): the
+        # flip-flops' clock enable, no multiplexer in front of them
+        lane_we = [Signal(4, name=f"tbl_data{k}_we") for k in range(nw)]
+        for k in range(nw):
+            ld_k = cap & (cap_k == k)
+            for lane in range(4):
+                with m.If(lane_we[k][lane] | ld_k):
+                    m.d.sync += store[f"TBL_DATA{k}", "value"][8 * lane:8 * lane + 8].eq(
+                        tbl_d[8 * lane:8 * lane + 8])
         tw.update(wcnt=wcnt, w_ok=w_ok, cap=step_q, cap_k=step_k, cap_ok=step_ok, t_words=t_words,
-                  tbl_d=tbl_d,
+                  tbl_d=tbl_d, lane_we=lane_we,
                   ld=cap, ld_k=cap_k,
                   tail=Signal(range(self.table_word_latency), name="tbl_tail"))
 
@@ -701,8 +720,11 @@ class CsrBank(wiring.Component):
                     continue
                 # storage: each byte lane of the field loads from the bus when strobed
                 bus = w_data
-                if tw is not None and "tbl_d" in tw and r.name.startswith("TBL_DATA"):
-                    bus = tw["tbl_d"]           # = w_data in this cycle, shared with loads
+                if tw is not None and "lane_we" in tw and r.name.startswith("TBL_DATA"):
+                    # serial TBL_DATA: the lane enables of _serial_logic (tbl_d = w_data now)
+                    assert f.lsb == 0 and f.width == 32
+                    m.d.comb += tw["lane_we"][int(r.name[8:])].eq(w_strb)
+                    continue
                 for lane in range(4):
                     lo, hi = max(f.lsb, 8 * lane), min(f.lsb + f.width, 8 * lane + 8)
                     if lo >= hi:

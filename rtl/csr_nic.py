@@ -44,7 +44,7 @@ from .nic import MRCNic
 from .nscc import NsccConfig
 from .port_admin import PortAdminGate
 from .reliability import RelQpConfig, RelQpParams
-from .rx_parser import N_REASONS, DropReason
+from .rx_parser import CNT_RD_LATENCY, N_REASONS, DropReason
 
 __all__ = ["CsrNic", "STATS", "EVENT_DEPTH", "TIED_OFF", "TBL_WORD_LATENCY"]
 
@@ -141,8 +141,11 @@ class CsrNic(wiring.Component):
       the reply, if the path works, is the head of ``EV_PROBE_STATUS`` /
       ``EV_PROBE_RTT`` (reading RTT pops it);
     * ``evcnt`` reads the core's per-EV counters;
-    * ``RX_DROP_<reason>`` is the sum over planes of the reason's counters,
-      added when the register is read (``CsrBank(external=...)``);
+    * ``RX_DROP_<reason>`` is the sum over planes of the reason's counters and
+      ``RX_ACCEPTED`` the sum of the parsers' accepted counters (every kind), read
+      from the parsers' counter block RAM and added when the register is read
+      (``CsrBank(external=...)``; such a read answers ``ext_latency`` = 20 cycles later
+      than other registers; each counter word is exact at one instant of the read);
     * ``IRQ_STATUS``: ev_event (queue not empty), probe_reply (reply waiting),
       rx_drop (a parser drop counter moved), wr_refused (a work request was
       refused).
@@ -172,16 +175,18 @@ class CsrNic(wiring.Component):
             members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
             members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
             members[f"drops_p{i}"] = Out(data.ArrayLayout(32, N_REASONS))
+        #: cycles from a read's rd_stb to the bank's sample of RX_DROP_* / RX_ACCEPTED
+        self.ext_latency = CNT_RD_LATENCY * self._rx_layout()[2] + 2
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.nic = nic = self.core
-        drops = [f"RX_DROP_{r.name}" for r in DropReason]
+        external = [f"RX_DROP_{r.name}" for r in DropReason] + ["RX_ACCEPTED"]
         m.submodules.csr = csr = CsrBank(self.regmap, table_read_latency=EV_READ_LATENCY,
                                          table_serial=True,
                                          table_word_latency=TBL_WORD_LATENCY,
-                                         external=drops)
+                                         external=external, ext_latency=self.ext_latency)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         wiring.connect(m, wiring.flipped(self.s_wr), nic.s_wr)
         wiring.connect(m, nic.recv_cpl, wiring.flipped(self.recv_cpl))
@@ -481,31 +486,47 @@ class CsrNic(wiring.Component):
 
     # ---- counters and interrupts ---------------------------------------------------------
     def _counters(self, m, csr, nic):
-        # RX_DROP_<reason>: the reason's counters of every plane, added for the read at
-        # rd_addr in two registered steps, the select of each plane's counter, then the
-        # sum (the bank samples ext_rd_data CsrBank.EXT_LATENCY = 2 cycles after rd_addr
-        # is valid)
-        assert CsrBank.EXT_LATENCY == 2
-        reason = csr.rd_addr[:(N_REASONS - 1).bit_length()]
-        drop_sel = [Signal(32, name=f"drop_sel_p{p}") for p in range(self.ports)]
-        drop_sum = Signal(32)
-        m.d.sync += [d.eq(getattr(nic, f"drops_p{p}")[reason]) for p, d in enumerate(drop_sel)]
-        m.d.sync += drop_sum.eq(sum(drop_sel))
-        m.d.comb += csr.ext_rd_data.eq(drop_sum)
-        # a counter moved <=> its bit 0 toggled (each counts at most one per cycle)
-        lsbs = Cat(getattr(nic, f"drops_p{p}")[int(r)][0]
-                   for p in range(self.ports) for r in DropReason)
-        lsbs_d = Signal(len(lsbs))
-        refused_d = Signal()
-        m.d.sync += [lsbs_d.eq(lsbs), refused_d.eq(nic.wr_refused[0])]
+        # RX_DROP_<reason> (the reason's counters of every plane, added) and RX_ACCEPTED (the
+        # three kinds, added) are read from the receive parsers' counter block RAM
+        # (MRCNic.rxcnt_rd_*, one word per request, CNT_RD_LATENCY cycles): at the read's
+        # rd_stb the words to add are planned (first word, step, count), then one request
+        # every CNT_RD_LATENCY cycles, each answer added into ``ext_acc`` as it comes; the
+        # bank samples ext_rd_data _EXT_WORDS * CNT_RD_LATENCY + 2 cycles after rd_stb.
+        shared, n_drop, words = self._rx_layout()
+        acc_word = self.regmap["RX_ACCEPTED"].offset >> 2
+        ext_acc = Signal(32)
+        left = Signal(range(words + 1))         # requests still to make
+        outst = Signal()                        # a request is waiting for its answer
+        tmr = Signal(range(CNT_RD_LATENCY))     # cycles since the last request (mod latency)
+        cur = Signal(6)                         # counter word of the next request
+        is_acc = Signal()
+        m.d.comb += [nic.rxcnt_rd_addr.eq(cur), csr.ext_rd_data.eq(ext_acc)]
+        with m.If(csr.rd_stb):
+            acc = csr.rd_addr == acc_word
+            reason = csr.rd_addr[:(N_REASONS - 1).bit_length()]
+            m.d.sync += [ext_acc.eq(0), outst.eq(0), tmr.eq(0), is_acc.eq(acc),
+                         cur.eq(Mux(acc, n_drop, reason)),
+                         left.eq(Mux(acc, 3, self.ports if shared else 1))]
+        with m.Else():
+            m.d.sync += tmr.eq(Mux(tmr == CNT_RD_LATENCY - 1, 0, tmr + 1))
+            with m.If(tmr == 0):
+                with m.If(outst):
+                    m.d.sync += ext_acc.eq(ext_acc + nic.rxcnt_rd_data)
+                m.d.sync += outst.eq(left != 0)
+                with m.If(left != 0):
+                    m.d.comb += nic.rxcnt_rd_stb.eq(1)
+                    m.d.sync += [left.eq(left - 1),
+                                 cur.eq(cur + Mux(is_acc, 1, N_REASONS if shared else 0))]
         cpl_count = Signal(32)
         with m.If(self.recv_cpl.valid & self.recv_cpl.ready):
             m.d.sync += cpl_count.eq(cpl_count + 1)
+        refused_d = Signal()
+        m.d.sync += refused_d.eq(nic.wr_refused[0])
         # the core's counters enter the bank's read multiplexer from registers of their own
         # (some are sums over planes: their adders stay out of the multiplexer's cycle);
         # a register reads its counter as of the previous cycle
         m.d.sync += [
-            csr.rx_accepted.eq(nic.accepted), csr.rx_duplicates.eq(nic.duplicates),
+            csr.rx_duplicates.eq(nic.duplicates),
             csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_acks.eq(nic.acks_sent),
             csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_packets.eq(nic.data_frames),
             csr.tx_retransmits.eq(nic.retransmits),
@@ -513,6 +534,12 @@ class CsrNic(wiring.Component):
         m.d.comb += [
             csr.rx_completions.eq(cpl_count), csr.rx_nacks.eq(0), csr.tx_rd_errors.eq(0),
             csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused[0]),
-            csr.irq_status_rx_drop_set.eq((lsbs_d != lsbs).any()),
+            csr.irq_status_rx_drop_set.eq(nic.rx_drop_stb),
             self.irq.eq(csr.irq),
         ]
+
+    def _rx_layout(self):
+        """(one shared parser, drop words per plane block, words added per external read)."""
+        shared = self.core.shared_parser and self.ports > 1     # as RxPipeline
+        n_drop = self.ports * N_REASONS if shared else N_REASONS
+        return shared, n_drop, max(3, self.ports if shared else 1)

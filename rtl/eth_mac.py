@@ -13,7 +13,9 @@ top connects to :class:`mrcnic.rtl.rgmii.RgmiiDdrIo` (``io.DDRBuffer``: ``ODDRX1
     m.d.comb += ClockSignal("eth0_rx").eq(pio.rxc)
     m.submodules.eth0_rx_rst = ResetSynchronizer(ResetSignal("sync"), domain="eth0_rx")
 
-``eth0_tx`` is a 125 MHz PLL output (``sync`` may be the same clock: the FIFOs do not mind).
+``eth0_tx`` is a 125 MHz PLL output.  ``sync`` may be the same clock: the FIFOs do not mind,
+and with ``tx_same_clock=True`` (the board tops, whose ``sync`` and ``eth_tx`` are one PLL
+output) the TX side hands beats over through a register instead of an AsyncFIFO.
 1000 Mb/s only.  Source: IEEE 802.3 clauses 3, 4 and 35; RGMII v2.0.
 """
 
@@ -41,6 +43,9 @@ class EthMac(wiring.Component):
         RX store-and-forward buffer in maximum-size frames (see :class:`EthMacRx`).
     tx_domain, rx_domain : str
         The 125 MHz RGMII TX clock domain and the PHY's RX clock domain.
+    tx_same_clock : bool
+        ``tx_domain`` is driven by the very same clock as ``sync`` (only its reset may
+        differ): no clock-domain crossing on the TX side (see :class:`EthMacTx`).
 
     Ports
     -----
@@ -55,7 +60,8 @@ class EthMac(wiring.Component):
     """
 
     def __init__(self, *, max_frame: int = 1518, rx_buffer_frames: int = 1,
-                 tx_domain: str = "rgmii_tx", rx_domain: str = "rgmii_rx"):
+                 tx_domain: str = "rgmii_tx", rx_domain: str = "rgmii_rx",
+                 tx_same_clock: bool = False):
         if not 64 <= max_frame <= 16384:
             raise ValueError(f"max_frame must be in 64..16384 bytes, not {max_frame}")
         if not isinstance(rx_buffer_frames, int) or rx_buffer_frames < 1:
@@ -67,6 +73,9 @@ class EthMac(wiring.Component):
                                  f"not {name!r}")
         if tx_domain == rx_domain:
             raise ValueError("tx_domain and rx_domain must differ (RXC is the PHY's clock)")
+        if not isinstance(tx_same_clock, bool):
+            raise ValueError(f"tx_same_clock must be a bool, not {tx_same_clock!r}")
+        self.tx_same_clock = tx_same_clock
         self.max_frame, self.rx_buffer_frames = max_frame, rx_buffer_frames
         self.tx_domain, self.rx_domain = tx_domain, rx_domain
         super().__init__({
@@ -84,7 +93,8 @@ class EthMac(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.tx = tx = EthMacTx(max_frame=self.max_frame, tx_domain=self.tx_domain)
+        m.submodules.tx = tx = EthMacTx(max_frame=self.max_frame, tx_domain=self.tx_domain,
+                                        same_clock=self.tx_same_clock)
         m.submodules.rx = rx = EthMacRx(max_frame=self.max_frame,
                                         buffer_frames=self.rx_buffer_frames,
                                         rx_domain=self.rx_domain)

@@ -4,9 +4,9 @@ The PHY side finds the SFD, checks the FCS, length (runt / giant) and GMII RX_ER
 the FCS and packs the bytes into 32-bit words; the last word of every frame carries the
 frame's status.  The words cross to the NIC domain through a small
 :class:`amaranth.lib.fifo.AsyncFIFO` (4 words, 3-bit Gray pointers: a short read side;
-a word arrives every 4 PHY clocks at most) that the NIC side drains
-every cycle, pairs into 64-bit beats and writes into a store-and-forward frame buffer
-(:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
+a word arrives every 4 PHY clocks at most) that the NIC side drains every cycle (except
+for 5 cycles after a reset), pairs into 64-bit beats and writes into a store-and-forward
+frame buffer (:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
 only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
 bad frame is never released.
 
@@ -14,20 +14,37 @@ Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames 
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
 """
 
-from amaranth.hdl import Cat, DomainRenamer, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
-from amaranth.lib.crc import Processor, catalog
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
+from .crc import CRC32_INIT, crc32_update
 
-__all__ = ["EthMacRx", "RxStatus"]
+__all__ = ["EthMacRx", "RxStatus", "crc32_byte"]
 
 PREAMBLE = 0x55
 SFD = 0xD5
 MIN_FRAME = 64              #: bytes including the FCS
+#: The CRC register (unreflected, as :func:`mrcnic.rtl.crc.crc32_update` keeps it) after a
+#: frame followed by its correct FCS: the CRC-32 residue 0xDEBB20E3, bit-reversed.
+CRC32_GOOD = int(f"{0xDEBB20E3:032b}"[::-1], 2)
+
+
+def crc32_byte(state, byte):
+    """The CRC-32 register after one more byte: :func:`mrcnic.rtl.crc.crc32_update` of 1 byte.
+
+    ``state`` (32 bits, unreflected, initial value :data:`mrcnic.rtl.crc.CRC32_INIT`) and
+    ``byte`` (8 bits, the wire's first bit in bit 0) give the same 32-bit value as
+    ``crc32_update(state, byte, 1)`` (IEEE 802.3 3.2.9), written for a smaller LUT mapping:
+    in the one-byte network, data bit ``b`` and state bit ``31 - b`` feed exactly the same
+    outputs, so they are XORed once (``byte ^ state[31:23:-1]``) and passed as the data, with
+    those 8 state bits zeroed.  That saves the 8 shared XORs in every output bit's tree
+    (about 30 LUT4 fewer than the plain network on ECP5).
+    """
+    return crc32_update(Cat(state[:24], Const(0, 8)), byte ^ state[24:][::-1], 1)
 
 
 class RxStatus(enum.Enum, shape=3):
@@ -91,7 +108,11 @@ class EthMacRx(wiring.Component):
     rx_fifo_overflow : Out(32)
         Good frames dropped because the frame buffer was full (``m_axis`` backpressure) or
         a word was lost at the crossing.  All counters are in ``sync``; the status reasons
-        are exclusive and checked in the order giant, runt, bad FCS, overflow.
+        are exclusive and checked in the order giant, runt, bad FCS, overflow.  The five
+        counters are flip-flops, updated one cycle after the frame's end is decided
+        (buffer commit / rollback) by one shared incrementer that reads a copy of them
+        in an 8 x 32 distributed RAM; they are 0 after a reset (the RAM copy is cleared
+        in the 5 cycles after it, while the crossing FIFO is not popped).
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
@@ -147,8 +168,9 @@ class EthMacRx(wiring.Component):
         # stage 2: SFD / FCS / length FSM and the word packer.  Length thresholds are
         # registered flags updated with ``count`` (no wide compare in the same cycle); the
         # CRC's residue compare is registered (``fcs_ok``) and read a cycle after the frame.
-        m.submodules.crc = crc = DomainRenamer({"sync": rx})(
-            Processor(catalog.CRC32_ETHERNET(data_width=8)))
+        # CRC-32 register (IEEE 802.3 3.2.9): amaranth.lib.crc's XOR network for one byte
+        # per clock (rtl/crc.py), initialised in IDLE, updated with every DATA byte
+        fcs_reg = Signal(32, init=CRC32_INIT)
         count = Signal(range(self.max_frame + 1))  # bytes after the SFD, saturating
         at_max = Signal()                          # count == max_frame
         payload = Signal()                         # count >= 4
@@ -163,8 +185,7 @@ class EthMacRx(wiring.Component):
         status = Signal(RxStatus)
         push = Signal()                            # hand ``word`` to stage 3 (comb)
         push_last = Signal()
-        m.d.comb += crc.data.eq(rxd)
-        m.d[rx] += fcs_ok.eq(crc.match_detected)
+        m.d[rx] += fcs_ok.eq(fcs_reg == CRC32_GOOD)
 
         # stage 3: one registered word in front of the crossing FIFO.  A full word that
         # finds the FIFO full is lost (the frame's status becomes OVERFLOW); the last word
@@ -197,8 +218,7 @@ class EthMacRx(wiring.Component):
 
         with m.FSM(domain=rx):
             with m.State("IDLE"):
-                m.d.comb += crc.start.eq(1)
-                m.d[rx] += [count.eq(0), at_max.eq(0), payload.eq(0), long_enough.eq(0),
+                m.d[rx] += [fcs_reg.eq(CRC32_INIT), count.eq(0), at_max.eq(0), payload.eq(0), long_enough.eq(0),
                             lane.eq(0), full.eq(0), giant.eq(0), er_seen.eq(0)]
                 with m.If(rx_dv):
                     with m.If(is_sfd):
@@ -207,8 +227,8 @@ class EthMacRx(wiring.Component):
                         m.next = "DROP"
             with m.State("DATA"):
                 with m.If(rx_dv):
-                    m.d.comb += crc.valid.eq(1)
-                    m.d[rx] += delay.eq(Cat(delay[8:], rxd))
+                    m.d[rx] += [fcs_reg.eq(crc32_byte(fcs_reg, rxd)),
+                                delay.eq(Cat(delay[8:], rxd))]
                     with m.If(rx_er):
                         m.d[rx] += er_seen.eq(1)
                     with m.If(at_max):
@@ -252,17 +272,19 @@ class EthMacRx(wiring.Component):
                     m.next = "IDLE"
 
         # ---------------------------------------------------------------- NIC side (sync)
-        # stage A: the crossing FIFO's output, registered (popped every cycle).
+        # stage A: the crossing FIFO's output, registered (popped every cycle, except in the
+        # 5 cycles after a reset while stage D clears its counter RAM).
+        clearing = Signal(init=1)
         a = Signal(_Cross, reset_less=True)
         a_valid = Signal()
-        m.d.comb += fifo.r_en.eq(1)
-        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy)]
+        m.d.comb += fifo.r_en.eq(~clearing)
+        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy & ~clearing)]
 
         # stage B: two words make a 64-bit beat, each written in place (no lane mux); the
-        # end-of-frame reasons are decoded here for stage C.
+        # end-of-frame reason (an RxStatus value, 1..4) is kept for stage C.
         b_data = Signal(64, reset_less=True)
         b_nbytes_m1, b_last = Signal(3, reset_less=True), Signal(reset_less=True)
-        b_good, b_bad_fcs, b_runt, b_giant, b_ovf = (Signal(reset_less=True) for _ in range(5))
+        b_good, b_code = Signal(reset_less=True), Signal(3, reset_less=True)
         b_valid, half = Signal(), Signal()
         m.d.sync += b_valid.eq(a_valid & (half | a.last))
         with m.If(a_valid):
@@ -270,16 +292,13 @@ class EthMacRx(wiring.Component):
                 m.d.sync += b_data[32:].eq(a.data)
             with m.Else():
                 m.d.sync += b_data[:32].eq(a.data)
-            code = a.data[:3]
             m.d.sync += [
                 half.eq(~half & ~a.last),
                 b_nbytes_m1.eq(Cat(a.nbytes_m1, half)),
                 b_last.eq(a.last),
                 b_good.eq(a.ok),
-                b_bad_fcs.eq(~a.ok & (code == RxStatus.BAD_FCS.value)),
-                b_runt.eq(~a.ok & (code == RxStatus.RUNT.value)),
-                b_giant.eq(~a.ok & (code == RxStatus.GIANT.value)),
-                b_ovf.eq(~a.ok & (code == RxStatus.OVERFLOW.value)),
+                # BAD_FCS, RUNT, GIANT as they are, OVERFLOW (and nothing else) has bit 2
+                b_code.eq(Mux(a.data[2], RxStatus.OVERFLOW.value, a.data[:2])),
             ]
 
         # stage C: speculative buffer write and commit / rollback; stage D: the counters.
@@ -307,9 +326,10 @@ class EthMacRx(wiring.Component):
             wp.data.nbytes_m1.eq(b_nbytes_m1),
             wp.data.last.eq(b_last),
         ]
-        inc = {name: Signal(name=f"inc_{name}") for name in
-               ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow")}
-        m.d.sync += [s.eq(0) for s in inc.values()]
+        # the frame's counter for stage D: its RxStatus value (OK: rx_frames)
+        cnt_go = Signal()
+        cnt_idx = Signal(3)
+        m.d.sync += cnt_go.eq(0)
         with m.If(b_valid):
             with m.If(~dropping & ~buf_full):
                 m.d.comb += wp.en.eq(1)
@@ -317,16 +337,37 @@ class EthMacRx(wiring.Component):
             with m.Else():
                 m.d.sync += dropping.eq(1)
             with m.If(b_last):
-                m.d.sync += dropping.eq(0)
+                m.d.sync += [dropping.eq(0), cnt_go.eq(1)]
                 with m.If(b_good & ~dropping & ~buf_full):
-                    m.d.sync += [commit.eq(wr + 1), inc["rx_frames"].eq(1)]
+                    m.d.sync += [commit.eq(wr + 1), cnt_idx.eq(RxStatus.OK.value)]
                 with m.Else():
-                    m.d.sync += [wr.eq(commit), inc["rx_bad_fcs"].eq(b_bad_fcs),
-                                 inc["rx_runt"].eq(b_runt), inc["rx_giant"].eq(b_giant),
-                                 inc["rx_fifo_overflow"].eq(b_good | b_ovf)]
-        for name, s in inc.items():
-            with m.If(s):
-                m.d.sync += getattr(self, name).eq(getattr(self, name) + 1)
+                    m.d.sync += [wr.eq(commit),
+                                 cnt_idx.eq(Mux(b_good, RxStatus.OVERFLOW.value, b_code))]
+
+        # stage D: the five counters.  The ports are flip-flops; a copy of each lives in a
+        # distributed RAM (word = RxStatus value) that feeds the one shared incrementer:
+        # stats[idx] + 1 goes back to the RAM and into the port of that counter, one
+        # frame per cycle.  Word 7 is never written: it holds 0xFFFFFFFF from the
+        # configuration, so after a reset words 0..4 are cleared as stats[7] + 1 (the
+        # crossing FIFO is not popped meanwhile, so no frame ends during those cycles).
+        names = ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow")
+        m.submodules.stats = stats = Memory(shape=32, depth=8, init=[0] * 7 + [0xFFFFFFFF])
+        st_w = stats.write_port()
+        st_r = stats.read_port(domain="comb")
+        clr = Signal(3)
+        m.d.comb += [
+            st_r.addr.eq(Mux(clearing, 7, cnt_idx)),
+            st_w.addr.eq(Mux(clearing, clr, cnt_idx)),
+            st_w.data.eq(st_r.data + 1),
+            st_w.en.eq(clearing | cnt_go),
+        ]
+        with m.If(clearing):
+            m.d.sync += clr.eq(clr + 1)
+            with m.If(clr == len(names) - 1):
+                m.d.sync += clearing.eq(0)
+        for k, name in enumerate(names):
+            with m.If(cnt_go & (cnt_idx == k)):
+                m.d.sync += getattr(self, name).eq(st_w.data)
 
         # Read pipeline, all stages enabled by ``go`` (a register): block-RAM read (v1),
         # ``q`` = the read data with nothing in between (it becomes the EBR's output

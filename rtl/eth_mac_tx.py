@@ -3,22 +3,26 @@
 Store and forward in the NIC (``sync``) domain: beats go into a block-RAM buffer with
 registered pointers, and only whole frames are read out, two ``sync`` cycles per beat at
 most, into a small :class:`amaranth.lib.fifo.AsyncFIFO` of beats that crosses to the PHY TX
-domain.  The wire side needs a beat only every 8 cycles (one byte per clock), so every
-decision on either side is taken from registers one cycle ahead.  The wire side adds
-preamble + SFD, pads short frames to the 60-byte minimum and appends the FCS.
+domain -- or, when the PHY TX domain is clocked by the ``sync`` clock itself
+(``same_clock``, the board tops), through one hand-off register (the block RAM's output
+register) with no crossing at all.  The wire side needs a beat only every 8 cycles (one
+byte per clock), so every decision on either side is taken from registers one cycle ahead.
+The wire side adds preamble + SFD, pads short frames to the 60-byte minimum and appends
+the FCS.
 
 Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9, minimum frame 4.4.2), clause 4.4.2
 (interPacketGap 96 bit times), clause 35 (GMII).
 """
 
-from amaranth.hdl import Const, DomainRenamer, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.crc import Processor, catalog
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
+from .crc import CRC32_INIT, crc32_final
+from .eth_mac_rx import crc32_byte
 
 __all__ = ["EthMacTx"]
 
@@ -49,6 +53,14 @@ class EthMacTx(wiring.Component):
         as ``sync`` or an unrelated one; ``sync`` must run faster than a quarter of it
         (the buffer is read at up to one beat per two ``sync`` cycles, the wire takes one
         beat per 8 cycles; tested down to 40 MHz).
+    same_clock : bool
+        ``tx_domain`` is clocked by the very clock of ``sync`` (one PLL output; the two
+        resets may differ).  The AsyncFIFO is then left out: the wire side takes each
+        beat straight from the block RAM's output register, which holds one beat until
+        the wire side's ``pop`` register empties it; the next one is read 4 cycles later,
+        the wire takes one per 8 cycles.  The GMII logic still runs in ``tx_domain``, so
+        the platform code is the same in both modes.  With an unrelated ``tx_domain``
+        clock this mode is wrong (no synchronisers): use the default, ``False``.
 
     Ports
     -----
@@ -78,19 +90,23 @@ class EthMacTx(wiring.Component):
     the wire side starts a frame once a beat is in the crossing FIFO (the rest of the frame
     follows faster than the wire takes it).  Latency: the preamble appears on ``txd`` about
     5 ``sync`` + 7 ``tx_domain`` cycles after the ``tlast`` beat is accepted (once the gap
-    has elapsed; the byte sequencer is followed by a CRC stage and the output register).
+    has elapsed; the byte sequencer is followed by a CRC stage and the output register);
+    with ``same_clock``, about 4 + 7 cycles (no FIFO, no synchroniser).
     Throughput:
     line rate; the 64-bit side may stall anywhere, the wire never underruns inside a frame
     (should ``sync`` be too slow, the underrun frame goes out with an inverted FCS).
     """
 
-    def __init__(self, *, max_frame: int = 1518, tx_domain: str = "rgmii_tx"):
+    def __init__(self, *, max_frame: int = 1518, tx_domain: str = "rgmii_tx",
+                 same_clock: bool = False):
         if not 64 <= max_frame <= 16384:
             raise ValueError(f"max_frame must be in 64..16384 bytes, not {max_frame}")
         if not isinstance(tx_domain, str) or tx_domain == "sync":
             raise ValueError(f"tx_domain must be a clock domain name other than 'sync', "
                              f"not {tx_domain!r}")
-        self.max_frame, self.tx_domain = max_frame, tx_domain
+        if not isinstance(same_clock, bool):
+            raise ValueError(f"same_clock must be a bool, not {same_clock!r}")
+        self.max_frame, self.tx_domain, self.same_clock = max_frame, tx_domain, same_clock
         self.max_beats = -(-(max_frame - 4) // 8)
         self.fifo_depth = 1 << (self.max_beats + 2 - 1).bit_length()
         super().__init__({
@@ -115,8 +131,9 @@ class EthMacTx(wiring.Component):
                                         attrs={"no_rw_check": 1})
         wr = buf.write_port()
         rd = buf.read_port(transparent_for=())
-        m.submodules.cross = cross = AsyncFIFO(width=_Beat.size, depth=CROSS_DEPTH,
-                                               r_domain=tx, w_domain="sync")
+        if not self.same_clock:
+            m.submodules.cross = cross = AsyncFIFO(width=_Beat.size, depth=CROSS_DEPTH,
+                                                   r_domain=tx, w_domain="sync")
 
         s = self.s_axis
         beats = Signal(range(self.max_beats + 1))      # beats of this frame already stored
@@ -128,7 +145,7 @@ class EthMacTx(wiring.Component):
         wp = Signal(range(depth))                     # write pointer
         wc = Signal(range(depth))                     # committed: end of the last whole frame
         rp = Signal(range(depth))                     # read pointer
-        used = Signal(range(depth + 1))               # beats written, not yet read
+        used = Signal(range(depth))                   # beats written, not yet read (comb)
         last_hi = Signal(3)
         for i in range(8):
             with m.If(s.tkeep[i]):
@@ -169,44 +186,60 @@ class EthMacTx(wiring.Component):
                 m.d.sync += [beats.eq(beats + 1), final.eq(beats == self.max_beats - 2)]
 
         # reader: ``issue`` (a register) reads buf[rp]; the data reaches ``beat`` (the
-        # block RAM's output register) two cycles later and is written to the crossing
-        # FIFO.  ``used`` <= depth - 1, so rp == wc means "no committed beat left".
-        # cross.w_level lags two writes; with one issue per two cycles at most three
-        # writes are not yet counted in it when the issued beat is written.
+        # block RAM's output register) two cycles later.  ``used`` <= depth - 1, so
+        # rp == wc means "no committed beat left".
         issue = Signal()
         issued = Signal()
         beat = Signal(_Beat, reset_less=True)        # becomes the EBR output register
         m.d.comb += rd.addr.eq(rp)
-        m.d.sync += [
-            issue.eq(~issue & (rp != wc) & (cross.w_level <= CROSS_DEPTH - 3)),
-            issued.eq(issue),
-            beat.eq(rd.data),
-            cross.w_en.eq(issued),
-        ]
-        m.d.comb += cross.w_data.eq(beat)
+        m.d.sync += issued.eq(issue)
+        if self.same_clock:
+            # ``beat`` is the hand-off register itself: one beat in flight or held at a
+            # time (``held``); the wire side's ``pop`` (a register of the same clock)
+            # empties it, and the next beat is there 4 cycles later, well before the wire
+            # needs it (8 cycles per beat, 20 from a frame's last beat to the next first).
+            held = Signal()
+            m.d.sync += issue.eq(~issue & ~issued & ~held & (rp != wc))
+            with m.If(issued):
+                m.d.sync += [beat.eq(rd.data), held.eq(1)]
+        else:
+            # the crossing FIFO takes ``beat`` the cycle after it is loaded; its w_level
+            # lags two writes; with one issue per two cycles at most three writes are not
+            # yet counted in it when the issued beat is written.
+            m.d.sync += [
+                issue.eq(~issue & (rp != wc) & (cross.w_level <= CROSS_DEPTH - 3)),
+                beat.eq(rd.data),
+                cross.w_en.eq(issued),
+            ]
+            m.d.comb += cross.w_data.eq(beat)
         with m.If(issue):
             m.d.sync += rp.eq(rp + 1)
-        with m.If(write & ~issue):
-            m.d.sync += used.eq(used + 1)
-        with m.Elif(~write & issue):
-            m.d.sync += used.eq(used - 1)
+        # used <= depth - 1 (below), so the pointers' difference modulo depth is exact
+        m.d.comb += used.eq(wp - rp)
         # room for two: used <= depth - 3 now, so after this and the next write <= depth - 1
         # (``tready`` is the same flip-flop OR the next ``discard``)
         m.d.sync += room.eq(used <= depth - 3)
 
         # ---------------------------------------------------------------- wire side (tx)
-        r_beat = _Beat(cross.r_data)
         lane = Signal(3)                   # byte lane of the current beat
         cur = Signal(_Beat)                # the beat being sent (popped from the FIFO)
         lane_end = Signal()                # lane == cur.nbytes_m1 (registered)
         pop = Signal()                     # FIFO read + load ``cur`` (decided one cycle ahead)
-        ready = Signal()                   # cross.r_rdy, registered (only pops clear it)
-        m.d[tx] += [pop.eq(0), ready.eq(cross.r_rdy)]
-        m.d.comb += cross.r_en.eq(pop)
+        m.d[tx] += pop.eq(0)
+        if self.same_clock:
+            r_beat, r_rdy = beat, held
+            ready = held                   # a flip-flop; only pops clear it
+            with m.If(pop):
+                m.d.sync += held.eq(0)
+        else:
+            r_beat, r_rdy = _Beat(cross.r_data), cross.r_rdy
+            ready = Signal()               # cross.r_rdy, registered (only pops clear it)
+            m.d[tx] += ready.eq(cross.r_rdy)
+            m.d.comb += cross.r_en.eq(pop)
         with m.If(pop):
             # the first beat (end of the preamble) or the next one (the reader outpaces the
             # wire, so it is there; an underrun would send garbage and marks the frame bad)
-            m.d[tx] += [cur.eq(r_beat), cur.err.eq(r_beat.err | ~cross.r_rdy),
+            m.d[tx] += [cur.eq(r_beat), cur.err.eq(r_beat.err | ~r_rdy),
                         lane_end.eq(r_beat.nbytes_m1 == 0)]
         length = Signal(range(MIN_PAYLOAD))       # payload bytes sent, up to 59
         full = Signal()                           # length == 59: the 60th byte goes out now
@@ -216,12 +249,17 @@ class EthMacTx(wiring.Component):
         a_byte, a_start = Signal(8), Signal()
         b_byte, b_en, b_crc, b_start, b_fcs = Signal(8), Signal(), Signal(), Signal(), Signal()
         b_idx = Signal(2)
-        # the CRC register is (re)initialised by a reset, outside its XOR network
-        m.submodules.crc = crc = DomainRenamer({"sync": tx})(ResetInserter(b_start)(
-            Processor(catalog.CRC32_ETHERNET(data_width=8))))
-        m.d.comb += [crc.valid.eq(b_crc), crc.data.eq(b_byte)]
+        # CRC-32 register (IEEE 802.3 3.2.9, one byte per clock, the XOR network of
+        # amaranth.lib.crc's matrices in rtl/crc.py, inline so that the FCS inversion and
+        # the byte select fold into the output multiplexer); (re)initialised at the SFD
+        fcs_reg = Signal(32, init=CRC32_INIT)
+        with m.If(b_start):
+            m.d[tx] += fcs_reg.eq(CRC32_INIT)
+        with m.Elif(b_crc):
+            m.d[tx] += fcs_reg.eq(crc32_byte(fcs_reg, b_byte))
+        fcs_byte = crc32_final(fcs_reg).word_select(b_idx, 8)
         m.d[tx] += [
-            self.txd.eq(Mux(b_fcs, crc.crc.word_select(b_idx, 8) ^ Mux(bad, 0xFF, 0), b_byte)),
+            self.txd.eq(Mux(b_fcs, fcs_byte ^ Mux(bad, 0xFF, 0), b_byte)),
             self.tx_en.eq(b_en),
         ]
         m.d.comb += self.tx_er.eq(0)

@@ -68,7 +68,9 @@ class FrameMerge(wiring.Component):
         view of the same byte lanes (bytes 6..13 0xFF -- the CRC takes its
         first 4 or 8 region bytes as that constant --, masked fields ones, DA / Segments
         Left at their arrival values); ``tuser[64:67]`` is the
-        output port (plane), taken from the frame's first header beat.
+        output port (plane), taken from the frame's first header beat.  The
+        view of the last header beat is not read: its bytes (the end of the
+        RETH or the ImmDt) are never masked, so their view is their data.
     s_payload : In(AxiStreamSignature(64))
         The frame's payload, 1..4096 bytes from lane 0, tkeep contiguous and
         partial only on the tlast beat; exactly one payload frame per header
@@ -186,7 +188,6 @@ class FrameMerge(wiring.Component):
         pay_m = pay.tdata & _lanes(pay.tkeep)                       # pad lanes read as zeros
         pay_part = Mux(in_flush, 0, pay_m)
         pre_data = Mux(in_hdr, hdr.tdata, carry)
-        pre_view = Mux(in_hdr, hdr.tuser[0:64], carry)
         # A beat: lanes 0..k-1 from the header (or the carry), lanes k..7 from the payload,
         # k = 2 or 6; a header beat that is not the last is the header beat whole.
         hdr_full = in_hdr & ~hdr.tlast
@@ -205,7 +206,10 @@ class FrameMerge(wiring.Component):
             return Cat(*lanes)
 
         beat_data = form(pre_data)
-        beat_view = form(pre_view)
+        # ICRC view of the beat: the header's view only on a full header beat.  A merged
+        # beat's header lanes are the header's last 2 or 6 bytes (RETH DMA length or
+        # ImmDt, never ICRC-masked: their view is their data), the rest is payload.
+        beat_view = Mux(hdr_full, hdr.tuser[0:64], beat_data)
         carry_next = Mux(k6_now, pay_m[16:64], pay_m[48:64])
         frame_port = Mux(hdr_first, hdr.tuser[64:67], port_q)
         # With payload tlast: the region (header+payload+pad, 2 mod 4 bytes) ends in this
@@ -223,7 +227,7 @@ class FrameMerge(wiring.Component):
         # so that stage 2a's XOR network reads registers only.  The alignment is known from
         # beat 2 (always a header beat: a header has >= 12 beats), whose own chunk uses it.
         b2_now = in_hdr & ~hdr_first & (n1 == 2)
-        al2_now = Mux(b2_now, ~hdr.tuser[26], r1_al2)
+        al2_now = Mux(b2_now, ~hdr.tdata[26], r1_al2)
         beat_chunk = Mux(al2_now, Cat(last_v48, beat_view[0:16]),
                          Cat(last_v48[32:48], beat_view[0:48]))
 
@@ -235,7 +239,7 @@ class FrameMerge(wiring.Component):
                          r1_b1.eq(~first & (n1 == 1)), r1_b2.eq(~first & (n1 == 2)),
                          n1.eq(Mux(first, 1, Mux(n1 == 3, 3, n1 + 1)))]
             with m.If(~first & (n1 == 2)):
-                m.d.sync += r1_al2.eq(~hdr.tuser[26])
+                m.d.sync += r1_al2.eq(~hdr.tdata[26])
 
         def payload_consumed():
             m.d.sync += carry.eq(carry_next)

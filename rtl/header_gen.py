@@ -128,11 +128,15 @@ class HeaderGen(wiring.Component):
     Backpressure: ``tvalid`` and the beat stay stable while ``tready`` is low;
     ``pkt.ready`` is low while the waiting slot is full.
 
-    Timing: every packet-dependent choice (flow label, source port, lengths,
-    next-hop MAC) is made when a packet moves from the waiting to the active
-    slot; the beat is an AND-OR over a registered one-hot beat state and
-    registers; the segment memory's read address and read data are registered
-    (the read runs two beats ahead), so no block RAM output feeds logic.
+    Timing: every packet-dependent choice (source port, lengths, and the
+    selects of the next-hop MAC, flow label and ImmDt terms) is made when a
+    packet moves from the waiting to the active slot or one beat ahead; the
+    beat is an AND-OR over registered one-hot selects and registers; the
+    segment memory's read address and read data are registered (the read
+    runs two beats ahead), so no block RAM output feeds logic.  ``tdata``,
+    ``tkeep``, ``tlast``, ``tvalid`` and ``tuser[64:67]`` are flip-flops;
+    ``tuser[0:64]`` is ``tdata`` through one LUT (per nibble: forced to ones,
+    to zeros or to the peer uSID by flags registered with the beat).
     """
 
     def __init__(self, ports: int = 4):
@@ -212,10 +216,12 @@ class HeaderGen(wiring.Component):
         cur_srv6 = Signal()           # mode SRV6 (ICRC view: arrival DA, Segments Left 0)
         cur_imm = Signal()
         cur_last_entry = Signal(2)    # SRH Last Entry = n - 1
-        cur_dst_mac = Signal(48)
-        cur_fl = Signal(20)           # flow label
+        mac_sel = Signal(self.ports)  # the beat about to be built is FX0, to next_hop_mac[i]
+        cur_fl_on = Signal()          # flow label = EV[19:0] (SRV6, STEV), else 0 (UDP)
+        fl_sel1 = Signal()            # the beat about to be built is FX1 / FX2 and carries
+        fl_sel2 = Signal()            # ... flow label bits (selects of their own AND-OR terms)
         cur_sport = Signal(16)        # UDP source port
-        cur_imm_val = Signal(32)      # ImmDt, or 0 without it
+        t4_imm = Signal()             # the beat about to be built is T4 of a packet with ImmDt
         cur_pad = Signal(2)
         cur_udp_len = Signal(16)
         cur_ip_len = Signal(16)
@@ -253,10 +259,10 @@ class HeaderGen(wiring.Component):
                 cur_srv6.eq(nxt.mode == EvMode.SRV6),
                 cur_imm.eq(has_imm),
                 cur_last_entry.eq(n_fix - 1),
-                cur_dst_mac.eq(self.next_hop_mac[port_idx]),
-                cur_fl.eq(Mux(mode_udp, 0, entry_n.ev[0:20])),
+                mac_sel.eq(Cat(*[port_idx == i for i in range(self.ports)])),
+                cur_fl_on.eq(~mode_udp), fl_sel1.eq(0), fl_sel2.eq(0),
                 cur_sport.eq(0xC000 | Mux(mode_udp, entry_n.ev[0:14], entry_n.ev[20:32])),
-                cur_imm_val.eq(Mux(has_imm, nxt.imm, 0)),
+                t4_imm.eq(0),
                 cur_pad.eq(pad),
                 cur_udp_len.eq(udp_len),
                 cur_ip_len.eq(ip_len),
@@ -282,6 +288,8 @@ class HeaderGen(wiring.Component):
                 sel_tl01.eq((st[FX + 5] & ~cur_srh) | (st[JO] & k_last)),
                 sel_seg01.eq((st[B6] & cur_srh) | (st[JO] & ~k_last)),
             ]
+            m.d.sync += [t4_imm.eq(st[T + 3] & cur_imm), mac_sel.eq(0),
+                         fl_sel1.eq(st[FX + 0] & cur_fl_on), fl_sel2.eq(st[FX + 1] & cur_fl_on)]
             with m.If(st[JE]):
                 m.d.sync += kseg.eq(kseg + 1)
             with m.If(at_last):
@@ -313,9 +321,11 @@ class HeaderGen(wiring.Component):
         entry = cur.path.entry
         tc = Cat(Const(_ECT0, 2), g.dscp)
         last_entry = _zext(cur_last_entry, 8)
-        fx = Cat(           # Ethernet + IPv6, 54 bytes in lane order
-            _wire(cur_dst_mac, 6), _wire(g.src_mac, 6), _wire(Const(_ETHERTYPE_IPV6, 16), 2),
-            Cat(tc[4:8], Const(6, 4)), _wire(Cat(cur_fl, tc[0:4]), 3),
+        # Ethernet + IPv6, 54 bytes in lane order; the destination MAC and the flow label
+        # are zero here and come from terms of their own below (selects per plane / mode)
+        fx = Cat(
+            Const(0, 48), _wire(g.src_mac, 6), _wire(Const(_ETHERTYPE_IPV6, 16), 2),
+            Cat(tc[4:8], Const(6, 4)), _wire(Cat(Const(0, 20), tc[0:4]), 3),
             _wire(cur_ip_len, 2), _zext(Mux(cur_srh, _NH_ROUTING, _NH_UDP), 8),
             Const(_HOP_LIMIT, 8), _wire(g.src_ip, 16), _wire(entry.da, 16))
         sf = Cat(           # the 8 SRH bytes before the segment list
@@ -327,12 +337,11 @@ class HeaderGen(wiring.Component):
             cur.opcode, Cat(Const(0, 4), cur_pad, Const(0, 2)), _wire(Const(_PKEY, 16), 2),
             Const(0, 8), _wire(cur.dest_qpn, 3), Cat(Const(0, 7), cur.last), _wire(cur.psn, 3),
             _wire(cur.va, 8), _wire(cur.rkey, 4), _wire(cur.length, 4),
-            _wire(cur_imm_val, 4), Const(0, 16))
+            Const(0, 48))
 
         # The beat: an AND-OR over the registered one-hot selects (no decoder, no
         # priority chain in front of the output register).
         z16, z48 = Const(0, 16), Const(0, 48)
-        # ``keys``: the one-hot state bit of each term (None for the lanes 6..7 terms)
         terms = [(st[FX + i], fx[64 * i:64 * i + 64]) for i in range(6)]
         terms += [
             (st[B6], Cat(_bytes(fx, 48, 54), z16)),
@@ -344,35 +353,56 @@ class HeaderGen(wiring.Component):
             (sel_seg01, Cat(z48, seg_word[:16])),
         ]
         terms += [(st[T + i], _bytes(tl, 2 + 8 * i, 10 + 8 * i)) for i in range(5)]
-        keys = [FX + i for i in range(6)] + [B6, J0, JO, JE, None, None, None] + \
-            [T + i for i in range(5)]
-        assert len(keys) == len(terms)
+        terms += [(t4_imm, Cat(z16, _wire(cur.imm, 4), z16))]     # ImmDt: T4 bytes 2..5
+        terms += [(mac_sel[i], Cat(_wire(self.next_hop_mac[i], 6), z16))   # FX0 bytes 0..5
+                  for i in range(self.ports)]
+        fl = entry.ev[0:20]                                           # flow label: bytes 15..17
+        terms += [(fl_sel1, Cat(Const(0, 56), fl[16:20], Const(0, 4))),
+                  (fl_sel2, Cat(_wire(fl[0:16], 2), z48))]
         d = Signal(64)
         m.d.comb += d.eq(_or_tree([Mux(sel, value, 0) for sel, value in terms]))
 
         # ICRC view = the beat with some lanes forced (IBTA A17.3.3 masking; arrival
-        # DA = block | peer uSID | 0 and Segments Left 0 in SRV6 mode, RFC 9800/8754).
-        # The forcing is applied to each term's value before the same AND-OR (the beat
-        # state is one-hot), so the view is no deeper than the beat:
+        # DA = block | peer uSID | 0 and Segments Left 0 in SRV6 mode, RFC 9800/8754):
         #   FX0 bytes 6..7, FX1 bytes 8..13 + TC + FL, FX2 FL + hop limit, T0 UDP
         #   checksum, T1 BTH byte 4: ones; SRV6: FX5 DA bytes 4..9 = peer uSID | 0,
         #   B6 DA bytes 10..15 = 0, J0 Segments Left = 0.
+        # The forcing depends on the beat only: per 4-bit nibble, whether it is forced to
+        # ones / to zeros / to the uSID is registered with the beat, and ``tuser`` is the
+        # registered beat through one LUT (a second AND-OR, or the forcing in front of
+        # the output register, would duplicate the beat's OR tree).
         srv6 = cur_srv6
-        usid = Cat(Const(0, 16), _wire(cur.peer_usid, 2), Const(0, 32))
-        view_of = {
-            FX + 0: lambda x: x | (0xFFFF << 48),
-            FX + 1: lambda x: x | 0xFF0F_FFFF_FFFF_FFFF,
-            FX + 2: lambda x: x | 0x0000_FF00_0000_FFFF,
-            FX + 5: lambda x: Mux(srv6, (x & 0xFFFF) | usid, x),
-            B6: lambda x: Mux(srv6, x & ~0x0000_FFFF_FFFF_FFFF & ((1 << 64) - 1), x),
-            J0: lambda x: Mux(srv6, x & ~0xFF00 & ((1 << 64) - 1), x),
-            T + 0: lambda x: x | 0x0000_FFFF_0000_0000,
-            T + 1: lambda x: x | 0x0000_0000_00FF_0000,
-        }
-        vterms = [(sel, view_of[key](value) if key in view_of else value)
-                  for key, (sel, value) in zip(keys, terms)]
-        v = Signal(64)
-        m.d.comb += v.eq(_or_tree([Mux(sel, value, 0) for sel, value in vterms]))
+        ones_of = {FX + 0: 0xFFFF << 48, FX + 1: 0xFF0F_FFFF_FFFF_FFFF,
+                   FX + 2: 0x0000_FF00_0000_FFFF, T + 0: 0x0000_FFFF_0000_0000,
+                   T + 1: 0x0000_0000_00FF_0000}
+        zeros_of = {FX + 5: 0xFFFF_FFFF_FFFF_0000, B6: 0x0000_FFFF_FFFF_FFFF, J0: 0xFF00}
+        assert all(mask >> (4 * i) & 0xF in (0, 0xF)
+                   for mask in list(ones_of.values()) + list(zeros_of.values()) for i in range(16))
+
+        def nibble_states(masks, i):
+            return [st[k] for k, mask in masks.items() if mask >> (4 * i) & 0xF]
+
+        set_n = Signal(16)        # per nibble of the output beat: forced to ones
+        clr_n = Signal(16)        # ... to zeros (SRV6; DA bytes 4..5 then take the uSID)
+        usid_n = Signal()         # DA bytes 4..5 (lanes 2..3) = peer uSID
+        usid_q = Signal(16)       # the peer uSID, wire order, as registered with the beat
+        with m.If(advance & cur_valid):
+            m.d.sync += [
+                set_n.eq(Cat(*[_or_tree(nibble_states(ones_of, i) or [Const(0)])
+                               for i in range(16)])),
+                clr_n.eq(Cat(*[srv6 & _or_tree(nibble_states(zeros_of, i))
+                               if nibble_states(zeros_of, i) else Const(0) for i in range(16)])),
+                usid_n.eq(srv6 & st[FX + 5]),
+                usid_q.eq(_wire(cur.peer_usid, 2)),
+            ]
+        tdata = self.m_axis.tdata
+        usid = Cat(Const(0, 16), usid_q, Const(0, 32))
+        v = Cat(*[
+            (tdata[4 * i:4 * i + 4] & ~clr_n[i].replicate(4)) | set_n[i].replicate(4)
+            | (Mux(usid_n, usid[4 * i:4 * i + 4], 0) if 4 <= i < 8 else 0)
+            for i in range(16)])
+        out_port = Signal(3)
+        m.d.comb += self.m_axis.tuser.eq(Cat(v, out_port))
 
         # Last beat: 2 bytes (no ImmDt) or 6 bytes (ImmDt).
         last_keep = Mux(cur_imm, 0x3F, 0x03)
@@ -381,7 +411,7 @@ class HeaderGen(wiring.Component):
             with m.If(cur_valid):
                 m.d.sync += [
                     self.m_axis.tdata.eq(d),
-                    self.m_axis.tuser.eq(Cat(v, entry.port)),
+                    out_port.eq(entry.port),
                     self.m_axis.tkeep.eq(Mux(at_last, last_keep, 0xFF)),
                     self.m_axis.tlast.eq(at_last),
                 ]

@@ -143,6 +143,9 @@ class MRCNic(wiring.Component):
         Receive counters (see :class:`~mrcnic.rtl.rx.RxPipeline`).
     drops_p<i> : Out(ArrayLayout(32, N_REASONS))
         Per-reason drop counters of plane i's parser (``rx_parser.DropReason``).
+    rxcnt_rd_stb, rxcnt_rd_addr, rxcnt_rd_data, rx_drop_stb : In(1), In(6), Out(32), Out(1)
+        The receive parsers' counter words read from their block RAM (``RxPipeline.cnt_rd_*``,
+        ``rx_parser.CNT_RD_LATENCY`` cycles) and their drop pulse (``RxPipeline.drop_stb``).
     rel_w_en, rel_w_addr, rel_w_data : In(1), In(3), In(RelQpConfig)
         Sender-reliability context of a QP (``mrcnic.config.rel_qp_configs``):
         EV profile, ev_min_active, ACK timeout exponent, retries, probe
@@ -218,6 +221,8 @@ class MRCNic(wiring.Component):
             "data_frames": Out(32), "ack_frames": Out(32), "acks_received": Out(32),
             "placed_bytes": Out(32), "duplicates": Out(32), "out_of_window": Out(32),
             "acks_sent": Out(32), "accepted": Out(32),
+            "rxcnt_rd_stb": In(1), "rxcnt_rd_addr": In(6), "rxcnt_rd_data": Out(32),
+            "rx_drop_stb": Out(1),
             "rel_w_en": In(1), "rel_w_addr": In(3), "rel_w_data": In(RelQpConfig),
             "cc_w_en": In(1), "cc_w_addr": In(3), "cc_w_data": In(NsccConfig),
             "send_cpl": Out(stream.Signature(Completion)),
@@ -306,6 +311,8 @@ class MRCNic(wiring.Component):
             self.placed_bytes.eq(rx.placed_bytes), self.duplicates.eq(rx.duplicates),
             self.out_of_window.eq(rx.out_of_window), self.acks_sent.eq(rx.acks_sent),
             self.accepted.eq(rx.accepted),
+            rx.cnt_rd_stb.eq(self.rxcnt_rd_stb), rx.cnt_rd_addr.eq(self.rxcnt_rd_addr),
+            self.rxcnt_rd_data.eq(rx.cnt_rd_data), self.rx_drop_stb.eq(rx.drop_stb),
         ]
         wiring.connect(m, rx.cpl, wiring.flipped(self.recv_cpl))
         for i in range(n):

@@ -190,9 +190,11 @@ class Nscc(wiring.Component):
     with at most one adder or comparator of <= 34 bits and its operands taken
     from flip-flops:
 
-    0. the QP's parameters and state are copied into working registers (the
-       QP number drives one multiplexer level; a configuration write to that
-       QP during the update cancels it);
+    0. the QP's parameters, window and epoch start are copied into working
+       registers (the QP number drives one multiplexer level; a configuration
+       write to that QP during the update cancels it); its epoch byte counts
+       are read in place (through one multiplexer level: the QP number is a
+       register, stable for the update);
     1. the epoch (``now - epoch``, against ``base_rtt`` and twice it) and the
        queueing delay against the target (24-bit subtractions), then the new
        per-QP epoch state (bytes acked in the current and the last epoch);
@@ -288,8 +290,8 @@ class Nscc(wiring.Component):
         c = Signal(NsccConfig)
         cw = Signal(32)
         ep = Signal(32)
-        cur = Signal(32)
-        last = Signal(32)
+        cur = Signal(32)             # the QP's epoch state, read in place (q is stable
+        last = Signal(32)            # during an update; written back in the STATE cycle)
         mdd = Signal()
         qad = Signal()
         qoh = Signal(qps)            # q, one-hot
@@ -344,6 +346,7 @@ class Nscc(wiring.Component):
         # the epoch state after this update (written in the STATE cycle)
         new_cur = Signal(32)
         new_last = Signal(32)
+        m.d.comb += [cur.eq(Array(acked_cur)[q]), last.eq(Array(acked_last)[q])]
         m.d.comb += [new_cur.eq(Mux(roll, 0, cur) + acked),
                      new_last.eq(Mux(roll, Mux(two, 0, cur), last))]
 
@@ -371,7 +374,6 @@ class Nscc(wiring.Component):
                     fsm.goto("LOAD")
         with fsm.State("LOAD"):
             m.d.sync += [c.eq(Array(cfgs)[q]), cw.eq(cwnd[q]), ep.eq(Array(epoch)[q]),
-                         cur.eq(Array(acked_cur)[q]), last.eq(Array(acked_last)[q]),
                          mdd.eq(Array(md_done)[q]), qad.eq(Array(qa_done)[q]),
                          md_c.eq((~Array(cfgs)[q].md_q8 & 0xFF) + 1)]
             with m.If(init_job):
@@ -411,7 +413,7 @@ class Nscc(wiring.Component):
             fsm.goto("STATE")
         with fsm.State("STATE"):
             # (the per-QP epoch state is written in this cycle, below)
-            m.d.sync += [fsat.eq(0), cur.eq(new_cur), last.eq(new_last)]
+            m.d.sync += fsat.eq(0)
             with m.If(trim):
                 m.d.sync += apply.eq(qa_go)
                 with m.If(qa_go):

@@ -41,13 +41,12 @@ from .nscc import Nscc, NsccConfig
 __all__ = ["SenderReliability", "RelQpConfig", "RelQpParams", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
            "AVOID_SLOTS", "MAX_TIMEOUT_EXP"]
 
-SENT_FIFO_DEPTH = 16   #: SentInfo records buffered (16 back-to-back packets are never refused)
+SENT_FIFO_DEPTH = 2    #: SentInfo records held at the input (two pipeline registers, no FIFO)
 WINDOW_MARGIN = 24     #: tx_ok needs fewer than ``window - WINDOW_MARGIN`` PSNs outstanding
 AVOID_SLOTS = 8        #: entries that can be ECN-avoided at the same time (all QPs)
 MAX_TIMEOUT_EXP = 20   #: ACK timeout exponent cap: at most 1.024 us x 2^20 (~1.07 s)
 _RETX_DEPTH = 8
 _CPL_DEPTH = 16
-_EVENT_DEPTH = 8
 _RECYCLE_DEPTH = 4
 _M24 = (1 << 24) - 1
 
@@ -171,11 +170,13 @@ class SenderReliability(wiring.Component):
     registered block-RAM data, S3 write-back of registered data and the ACK's
     accumulators, S4 a timeout's write-back); each cycle it starts one
     operation, by priority:
-    a SentInfo (from a FIFO of :data:`SENT_FIFO_DEPTH`, so 16 back-to-back
-    SentInfos are always accepted; further ones see ``ready`` low only while
-    the engine is busier than one SentInfo per cycle), a step of the current
-    ACK, one PSN of the timeout scan (the cycle after a scan step starts
-    nothing).  An operation that reads a slot (ACK step, scan) waits while an
+    a SentInfo (through two input registers, :data:`SENT_FIFO_DEPTH`:
+    back-to-back SentInfos are accepted one per cycle, ``ready`` is a function
+    of flip-flops and is low only while both registers are full and the head
+    waits, in the cycle after a scan step or a configuration write; no scan
+    starts while a SentInfo is in the first register, so a burst arriving
+    during scans is never refused), a step of the current ACK, one PSN of the
+    timeout scan (the cycle after a scan step starts nothing).  An operation that reads a slot (ACK step, scan) waits while an
     older one that may write it is in S0 or S1 (a scan: S0-S2), tested on
     registered flags (an ACK step waits for any SentInfo or scan there); a
     write in the cycle of the read is forwarded into S2, so back-to-back
@@ -243,7 +244,7 @@ class SenderReliability(wiring.Component):
     probe-reply search adds ``profile_count + 3``.  A timeout is detected
     within one scan pass (at most ``2 * qps * window`` cycles; the scan
     pauses while an ACK is processed) after it expires, and acted on 6
-    cycles later (``st_en``; the event and RetxReq enter their FIFOs a cycle after).
+    cycles later (``st_en``; the event and RetxReq are valid a cycle after).
     ``avoid`` follows an ECN echo 3 cycles after the ACK's finish cycle (the
     cycle its NSCC update is taken).
 
@@ -253,7 +254,12 @@ class SenderReliability(wiring.Component):
     in flight ``log2(window) + 13`` bits, zero-extended on the 32-bit ports);
     the profile masks are computed once at the configuration write; constant
     comparisons are AND/OR networks rather than carry chains; the timeout
-    test is ``age >> (10 + e) != 0`` (no shifter, no 32-bit comparator).
+    test is ``age >> (10 + e) != 0`` (no shifter, no 32-bit comparator);
+    a slot write takes each field from the one source its lanes allow (only
+    ``length``/``msg_last`` are chosen between SentInfo and slot); one index
+    decoder is shared by the timeout action, the finishing ACK and the
+    probe-reply search; SentInfos and EV events pass through registers, not
+    LUT-RAM FIFOs.
 
     Parameters
     ----------
@@ -290,7 +296,10 @@ class SenderReliability(wiring.Component):
     st_en, st_addr, st_state : Out(1), Out(8), Out(EvState)
         Path-table state update pulse (registered).
     event : Out(stream.Signature(EvEvent))
-        EV events (8-deep FIFO; an event that finds it full is counted in ``events_dropped``).
+        EV events, from one output register (valid 2 cycles after the decision, as the
+        ``st_en`` pulse); an event that finds the register still full (``ready`` low) is
+        dropped and counted in ``events_dropped``.  The NIC's consumer (the CSR glue's event
+        queue) is always ready.
     probe : Out(stream.Signature(ProbeReq))
         EV probes to send.
     avoid : Out(paths)
@@ -404,7 +413,11 @@ class SenderReliability(wiring.Component):
         m.d.sync += now.eq(now + self.clk_ns)
         m.d.comb += self.now_ns.eq(now)
         cyc = Signal(24)                   # cycle count: ECN-avoid expiries
-        m.d.sync += cyc.eq(cyc + 1)
+        if self.clk_ns & (self.clk_ns - 1) == 0:
+            # now = clk_ns * cycles (both start at 0): the cycle count is a slice of it
+            m.d.comb += cyc.eq(now[exact_log2(self.clk_ns):])
+        else:
+            m.d.sync += cyc.eq(cyc + 1)
         m.d.sync += self.stat_en.eq(0)
 
         def stat(index, kind):
@@ -468,7 +481,6 @@ class SenderReliability(wiring.Component):
             return f
 
         retx_f = out_fifo("retx_fifo", self.retx, RetxReq.as_shape().size, _RETX_DEPTH)
-        ev_f = out_fifo("event_fifo", self.event, EvEvent.as_shape().size, _EVENT_DEPTH)
         rc_f = out_fifo("recycle_fifo", self.recycle, 8, _RECYCLE_DEPTH)
         # completions: only {qp, psn} are stored (has_imm = imm = 0)
         m.submodules.cpl_fifo = cpl_f = fifo.SyncFIFO(width=27, depth=_CPL_DEPTH)
@@ -480,9 +492,19 @@ class SenderReliability(wiring.Component):
         event_push = Signal()
         # pushes reach the output FIFOs through a register (the FIFO's level logic is then
         # not behind the decision)
-        m.d.sync += [ev_f.w_data.eq(event_fields), ev_f.w_en.eq(event_push)]
-        inc(self.ev_events, ev_f.w_en)
-        inc(self.events_dropped, ev_f.w_en & ~ev_f.w_rdy)
+        # events: one output register (the NIC's consumer, the CSR glue's event queue, is
+        # always ready); an event that finds it full is dropped and counted
+        ev_q = Signal(EvEvent)
+        ev_q_v = Signal()
+        m.d.sync += [ev_q.eq(event_fields), ev_q_v.eq(event_push)]
+        inc(self.ev_events, ev_q_v)
+        ev_room = Signal()
+        m.d.comb += ev_room.eq(~self.event.valid | self.event.ready)
+        with m.If(self.event.ready):
+            m.d.sync += self.event.valid.eq(0)
+        with m.If(ev_q_v & ev_room):
+            m.d.sync += [self.event.valid.eq(1), self.event.payload.eq(ev_q)]
+        inc(self.events_dropped, ev_q_v & ~ev_room)
 
         retx_data = Signal(RetxReq)
         retx_push = Signal()
@@ -493,12 +515,28 @@ class SenderReliability(wiring.Component):
 
         m.d.sync += self.st_en.eq(0)
 
-        # ---- SentInfo FIFO (registered output) ----------------------------------------
-        m.submodules.sent_fifo = sf = fifo.SyncFIFOBuffered(
-            width=SentInfo.as_shape().size, depth=SENT_FIFO_DEPTH)
-        m.d.comb += [sf.w_data.eq(self.sent.payload), sf.w_en.eq(self.sent.valid),
-                     self.sent.ready.eq(sf.w_rdy)]
-        sent_head = SentInfo(sf.r_data)
+        # ---- SentInfo input: two pipeline registers ------------------------------------
+        # (sent_a -> sent_head; the head is issued when the engine takes it, sent_go).  The
+        # stages move together, so at one SentInfo per cycle ``ready`` (a function of
+        # flip-flops) stays high; it drops only while both are full and the head waits (the
+        # cycle after a scan step or a configuration write).  A SentInfo reaches the engine
+        # 2 cycles after its transfer, as through the former output-registered FIFO.
+        sent_a = Signal(SentInfo)
+        full_a = Signal()
+        sent_head = Signal(SentInfo)
+        sent_full = Signal()
+        sent_go = Signal()
+        hold0 = Signal()
+        take = Signal()
+        adv = Signal()
+        m.d.comb += [self.sent.ready.eq(~full_a | ~sent_full | ~hold0),
+                     take.eq(self.sent.valid & self.sent.ready),
+                     adv.eq(full_a & (~sent_full | sent_go))]
+        with m.If(take):
+            m.d.sync += sent_a.eq(self.sent.payload)
+        with m.If(adv):
+            m.d.sync += sent_head.eq(sent_a)
+        m.d.sync += [full_a.eq((full_a & ~adv) | take), sent_full.eq((sent_full & ~sent_go) | adv)]
 
         # ---- pipeline registers ---------------------------------------------
         # selection (comb) -> S0 register = read address -> S1 per-QP PSN state (the RAM
@@ -578,11 +616,11 @@ class SenderReliability(wiring.Component):
         # ---- ACK job state ----------------------------------------------------
         job = Signal(RxPacket)
         job_qp = job.qp
-        job_psn1 = Signal(24)              # job.psn + 1
-        cum_d = Signal(24)
+        cum_d = Signal(obits)              # job.psn - una: the PSNs passed, less one (low bits)
+        cum_hz = Signal()                  # ... and its high bits are zero
         cum_ptr = Signal(24)
-        cum_left = Signal(obits)
-        cum_nz = Signal()
+        cum_left = Signal(obits)           # CUM operations left, less one
+        cum_nz = Signal()                  # CUM operations left
         sack_rem = Signal(64)
         sack_psn = Signal(24)              # PSN of sack_rem bit 0
         sack_nz = Signal()
@@ -635,7 +673,7 @@ class SenderReliability(wiring.Component):
                 with m.If(self.ack.valid & ~self.cfg_w_en):
                     p = self.ack.payload
                     with m.If((p.kind == RxKind.ACK) & _lt_c(p.qp, qps) & qvalid[p.qp[:qb]]):
-                        m.d.sync += [job.eq(p), job_psn1.eq(p.psn + 1),
+                        m.d.sync += [job.eq(p),
                                      sack_rem.eq(p.ack.bitmap), sack_psn.eq(p.ack.base_psn),
                                      sack_nz.eq(p.ack.bitmap != 0),
                                      sack_skip.eq(p.ack.bitmap[:8] == 0)]
@@ -645,13 +683,15 @@ class SenderReliability(wiring.Component):
             with m.State("START"):
                 # una changes only by this job's CUM operations: none in flight yet
                 q = job_qp[:qb]
-                m.d.sync += [cum_d.eq(job_psn1 - una[q]), cum_ptr.eq(una[q]),
+                d = job.psn - una[q]
+                m.d.sync += [cum_d.eq(d[:obits]), cum_hz.eq(d[obits:24] == 0), cum_ptr.eq(una[q]),
                              newly.eq(0), hit_v.eq(0), trim_v.eq(0)]
                 m.next = "START2"
             with m.State("START2"):
                 q = job_qp[:qb]
-                ok = (cum_d[obits:] == 0) & (cum_d[:obits] != 0) & (cum_d[:obits] <= outst[q])
-                m.d.sync += [cum_left.eq(Mux(ok, cum_d[:obits], 0)), cum_nz.eq(ok)]
+                # psn - una + 1 PSNs passed, at most the outstanding ones
+                ok = cum_hz & (cum_d < outst[q])
+                m.d.sync += [cum_left.eq(cum_d), cum_nz.eq(ok)]
                 m.next = "CUM"
             with m.State("CUM"):
                 with m.If(~cum_nz):
@@ -697,10 +737,12 @@ class SenderReliability(wiring.Component):
         # cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
         # (sack_skip is registered: sack_rem[:8] == 0)
 
-        def sack_shift(k):
-            rem = sack_rem >> k
-            m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + k), sack_nz.eq(rem != 0),
-                         in_sack.eq(rem != 0), sack_skip.eq(rem[:8] == 0)]
+        def sack_shift():
+            # by 8 bits (sack_skip) or by 1: one adder, the nonzero test split by position
+            rem = Mux(sack_skip, sack_rem >> 8, sack_rem >> 1)
+            nz = sack_rem[8:].any() | (~sack_skip & sack_rem[1:8].any())
+            m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + Mux(sack_skip, 8, 1)),
+                         sack_nz.eq(nz), in_sack.eq(nz), sack_skip.eq(rem[:8] == 0)]
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
@@ -719,19 +761,17 @@ class SenderReliability(wiring.Component):
             m.d.comb += [r_qp.eq(job_qp), r_psn.eq(job.ack.base_psn)]
         with m.Else():
             m.d.comb += [r_qp.eq(scan_q), r_psn.eq(scan_psn)]
-        with m.If(sf.r_rdy):
+        with m.If(sent_full):
             m.d.comb += [s0_qp.eq(sent_head.qp), s0_psn.eq(sent_head.psn)]
         with m.Else():
             m.d.comb += [s0_qp.eq(r_qp), s0_psn.eq(r_psn)]
         # one "go" signal per source, each from a few registers (the cycle after a scan is a
         # bubble: see the write-back in S3/S4); a SentInfo never reads, so it never waits
-        hold0 = Signal()
         cfg_busy = Signal()                # a configuration write was registered (wa_ok)
         m.d.comb += hold0.eq(cfg_busy | r0.is_scan)
-        sent_go = Signal()
-        m.d.comb += [sent_go.eq(sf.r_rdy & ~hold0), sf.r_en.eq(sent_go)]
+        m.d.comb += sent_go.eq(sent_full & ~hold0)
         free0 = Signal()                   # no SentInfo and no bubble this cycle
-        m.d.comb += free0.eq(~sf.r_rdy & ~hold0)
+        m.d.comb += free0.eq(~sent_full & ~hold0)
         job_hold = Signal()
         m.d.comb += job_hold.eq(hold_sent | hold_scan)
         cpl_room = Signal()                # registered: room for the CUMs in flight
@@ -759,19 +799,18 @@ class SenderReliability(wiring.Component):
         scan_last = Signal()
         m.d.sync += scan_last.eq((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q])
         scan_go = Signal()
-        m.d.comb += scan_go.eq(free0 & ackjob.ongoing("IDLE") & ~to_pending
+        # (no scan while a SentInfo is in the first input register: it is the head next
+        # cycle, the scan's bubble would then hold it while the next one arrives)
+        m.d.comb += scan_go.eq(free0 & ~full_a & ackjob.ongoing("IDLE") & ~to_pending
                                & ~hold_sent & ~sc_c1 & ~sc_c2)
         with m.If(sent_go):
             m.d.comb += s0_op.eq(_OP_SENT)
         with m.If(cum_go):
             m.d.comb += s0_op.eq(_OP_CUM)
             m.d.sync += [cum_ptr.eq(cum_ptr + 1), cum_left.eq(cum_left - 1),
-                         cum_nz.eq(cum_left != 1)]
+                         cum_nz.eq(cum_left != 0)]
         with m.If(sack_step):
-            with m.If(sack_skip):
-                sack_shift(8)
-            with m.Else():
-                sack_shift(1)
+            sack_shift()
         with m.If(sack_go):
             m.d.comb += s0_op.eq(_OP_SACK)
         with m.If(trim_go):
@@ -813,7 +852,7 @@ class SenderReliability(wiring.Component):
         m.d.comb += nxt_eq.eq(Mux(s1_bn, s1_eq1, s1_eq0))
         m.d.comb += new_ok.eq(s1.is_sent & ~s1_sent.retx & qok1 & nxt_eq & ~outst[q1][wbits])
         with m.If(new_ok):
-            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), nxt1[q1].eq(nxt1[q1] + 1),
+            m.d.sync += [nxt[q1].eq(nxt1[q1]), nxt1[q1].eq(nxt1[q1] + 1),
                          outst[q1].eq(outst[q1] + 1)]
         inc(self.sent_dropped, s1.is_sent & ~s1_sent.retx & ~new_ok)
         # a CUM operation always targets una (the ACK job bounded it by outst)
@@ -858,14 +897,15 @@ class SenderReliability(wiring.Component):
                                | ((s2_op == _OP_SACK) & nacked))
         is_sent2 = s2_op == _OP_SENT
         # write data: fields a write's lanes carry but it does not change keep their value
+        # (by lanes: {index, ev} and {retries, texp} are written by SentInfos only (a timeout
+        # writes its own {retries, texp} in S4), send_ns is the write cycle's time, so only
+        # {length, msg_last} - rewritten with acked by a SACK - come from the slot)
         wd = Signal(_Slot)
-        m.d.comb += [wd.eq(rd), wd.acked.eq(0)]
-        with m.If(is_sent2):
-            m.d.comb += [wd.index.eq(s2_sent.index), wd.ev.eq(s2_sent.ev),
-                         wd.retries.eq(0), wd.texp.eq(s2_e0), wd.length.eq(s2_sent.length),
-                         wd.msg_last.eq(s2_sent.msg_last)]
-        with m.Elif(s2_op == _OP_SACK):
-            m.d.comb += wd.acked.eq(1)
+        m.d.comb += [wd.index.eq(s2_sent.index), wd.ev.eq(s2_sent.ev),
+                     wd.retries.eq(0), wd.texp.eq(s2_e0),
+                     wd.length.eq(Mux(is_sent2, s2_sent.length, rd.length)),
+                     wd.msg_last.eq(Mux(is_sent2, s2_sent.msg_last, rd.msg_last)),
+                     wd.acked.eq(s2_op == _OP_SACK)]
         wen = Signal(12)
         with m.If(is_sent2 & s2_new_ok):
             m.d.comb += wen.eq(_LANES_ALL)
@@ -946,10 +986,15 @@ class SenderReliability(wiring.Component):
         m.d.comb += t_elig.eq(t_el & ~t_bd)
         t_thr = Signal(10)
         t_hold = Signal()
-        t_bit = Signal(paths)
-        m.d.sync += t_bit.eq(onehot(t_idx, "t_bit_c"))
-        m.d.sync += [t_in_prof.eq(bit_of(pmq[to.qp[:qb]], t_idx)),
-                     t_el.eq(bit_of(self.eligible, t_idx)), t_bd.eq(bit_of(bad, t_idx)),
+        # one registered index decoder (idx_bit) serves the timeout action, the finishing ACK
+        # and the probe-reply search, which never overlap: a pending timeout action holds the
+        # ACK job in FIN0, and no scan (so no timeout) starts while a job runs
+        idx_bit = Signal(paths)
+        t_bit = idx_bit                    # to_pending for 4 cycles: onehot(t_idx)
+        # (from the decoded index, registered a cycle after to_pending rose; pmask is the
+        # profile mask of to.qp while to_pending)
+        m.d.sync += [t_in_prof.eq((pmask & t_bit).any()),
+                     t_el.eq((self.eligible & t_bit).any()), t_bd.eq((bad & t_bit).any()),
                      t_thr.eq(cfg[to.qp[:qb]].ev_min_active + t_in_prof),
                      t_hold.eq(good_cnt < t_thr)]
         with m.If(to_pending & (to_wait != 4)):
@@ -1023,19 +1068,19 @@ class SenderReliability(wiring.Component):
         hit_bit = Signal(paths)
         fcfg = cfg[job_qp[:qb]]
         with m.If(ackjob.ongoing("FIN0")):
-            hb = onehot(hit_idx, "hit_bit_c")
             free = Signal(range(AVOID_SLOTS))
             for i in reversed(range(AVOID_SLOTS)):
                 with m.If(~av_v[i]):
                     m.d.comb += free.eq(i)
-            m.d.sync += [need_upd.eq((newly != 0) | f_trim), hit_bit.eq(hb),
+            m.d.sync += [need_upd.eq((newly != 0) | f_trim),
                          av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx)
                                        for i in range(AVOID_SLOTS))),
                          av_free.eq(free), av_full.eq(av_v.all()),
                          hold_m3.eq(fcfg.ecn_hold - 3), hold_le3.eq(_le_c(fcfg.ecn_hold, 3)),
                          hold_nz.eq(fcfg.ecn_hold != 0)]
         with m.If(ackjob.ongoing("FIN1")):
-            m.d.sync += others.eq((good_r & ~avb & ~hit_bit).any())
+            # idx_bit = onehot(hit_idx) here (FIN0 left without a timeout action pending)
+            m.d.sync += [hit_bit.eq(idx_bit), others.eq((good_r & ~avb & ~idx_bit).any())]
         # an entry released a cycle ago keeps its bit when its slot was re-armed since
         exp_clr = Signal(paths)
         m.d.comb += exp_clr.eq(Mux(exp_v & ~(av_v & exp_pk).any(), exp_bit, 0))
@@ -1094,11 +1139,13 @@ class SenderReliability(wiring.Component):
         srch_x = Signal(32)
         srch_vc = Signal()                 # entry srch_ic matches and is marked ASSUMED_BAD
         srch_ic = Signal(8)
-        srch_cbit = Signal(paths)
+        srch_cbit = idx_bit                # onehot(srch_ic) (SEARCH: no timeout action)
         m.d.comb += ev_r.addr.eq(srch_idx)
         m.d.sync += [srch_vb.eq(srch_va), srch_ib.eq(srch_ia), srch_x.eq(ev_r.data ^ job.ack.ev),
                      srch_vc.eq(srch_busy & srch_vb & (srch_x == 0) & bit_of(bad, srch_ib)),
-                     srch_ic.eq(srch_ib), srch_cbit.eq(onehot(srch_ib, "srch_bit"))]
+                     srch_ic.eq(srch_ib)]
+        m.d.sync += idx_bit.eq(onehot(Mux(to_pending, t_idx, Mux(srch_busy, srch_ib, hit_idx)),
+                                      "idx_bit_c"))
         srch_clr = Signal(paths)
         more = Signal()                    # registered (srch_left != 0) & (srch_idx < paths)
         with m.If(fin_go):
@@ -1150,17 +1197,24 @@ class SenderReliability(wiring.Component):
                                      self.probe.payload.index.eq(p_idx),
                                      self.probe.payload.ts.eq(now)]
                         inc(self.probes_sent)
+        # pr_timer holds (cycles to the next round) + 1, so a round reloads it with
+        # probe_interval itself (no subtractor); the cycle after the configuration write
+        # (pr_hold) loads it the same way, from the QP's new configuration
         pr_set = Signal(qps)
-        pr_zero = Array(Signal(name=f"pr_zero{i}") for i in range(qps))   # pr_timer == 0
+        pr_zero = Array(Signal(name=f"pr_zero{i}") for i in range(qps))   # pr_timer == 1
         pr_on = Array(Signal(name=f"pr_on{i}") for i in range(qps))       # probe_interval != 0
+        pr_one = Array(Signal(name=f"pr_one{i}") for i in range(qps))     # probe_interval == 1
+        pr_hold = Array(Signal(name=f"pr_hold{i}") for i in range(qps))
         for i in range(qps):
             with m.If(qvalid[i] & pr_on[i]):
                 with m.If(pr_zero[i]):
-                    m.d.sync += [pr_timer[i].eq(cfg[i].probe_interval - 1),
-                                 pr_zero[i].eq(cfg[i].probe_interval == 1)]
+                    m.d.sync += [pr_timer[i].eq(cfg[i].probe_interval), pr_zero[i].eq(pr_one[i])]
                     m.d.comb += pr_set[i].eq(1)
+                with m.Elif(pr_hold[i]):
+                    m.d.sync += [pr_timer[i].eq(cfg[i].probe_interval), pr_hold[i].eq(0),
+                                 pr_zero[i].eq(pr_one[i])]
                 with m.Else():
-                    m.d.sync += [pr_timer[i].eq(pr_timer[i] - 1), pr_zero[i].eq(pr_timer[i] == 1)]
+                    m.d.sync += [pr_timer[i].eq(pr_timer[i] - 1), pr_zero[i].eq(pr_timer[i] == 2)]
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- configuration write (registered; wins over everything above) --------------
@@ -1188,8 +1242,8 @@ class SenderReliability(wiring.Component):
             m.d.sync += [cfg[a].eq(wa_data), qvalid[a].eq(1), una[a].eq(wa_data.start_psn),
                          nxt[a].eq(wa_data.start_psn), nxt1[a].eq(wa_data.start_psn + 1),
                          outst[a].eq(0), infl[a].eq(0),
-                         pr_timer[a].eq(wa_data.probe_interval),
-                         pr_zero[a].eq(wa_data.probe_interval == 0),
+                         pr_zero[a].eq(0), pr_hold[a].eq(1),
+                         pr_one[a].eq(wa_data.probe_interval == 1),
                          pr_on[a].eq(wa_data.probe_interval != 0),
                          e0q[a].eq(Mux(_ge_c(wa_data.ack_timeout_exp, MAX_TIMEOUT_EXP),
                                        MAX_TIMEOUT_EXP,

@@ -16,7 +16,7 @@ new PSNs inside the window, placement writes only the bytes it is told.
 Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper.
 """
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -84,6 +84,12 @@ class RxPipeline(wiring.Component):
         Per-reason drop counters of plane i's parser.
     accepted : Out(32)
         Frames accepted by all parsers (every kind).
+    cnt_rd_stb, cnt_rd_addr, cnt_rd_data : In(1), In(6), Out(32)
+        Counter word read of the parser(s) (:class:`~mrcnic.rtl.rx_parser.RxParser`
+        ``cnt_rd_*``, ``CNT_RD_LATENCY`` cycles): with ``shared_parser`` the one parser's
+        word ``cnt_rd_addr``, else the sum of that word over the per-plane parsers.
+    drop_stb : Out(1)
+        A parser counted a drop this cycle.
     probe : In(stream ProbeFrameReq)
         EV probes to send (sender reliability), framed by the ACK generator.
     probes_sent : Out(32)
@@ -116,6 +122,8 @@ class RxPipeline(wiring.Component):
             "out_of_window": Out(32),
             "acks_sent": Out(32),
             "accepted": Out(32),
+            "cnt_rd_stb": In(1), "cnt_rd_addr": In(6), "cnt_rd_data": Out(32),
+            "drop_stb": Out(1),
             "probe": In(stream.Signature(ProbeFrameReq)),
             "probes_sent": Out(32),
         }
@@ -174,6 +182,10 @@ class RxPipeline(wiring.Component):
         m.d.comb += self.probes_sent.eq(agen.probes_sent)
 
         m.d.comb += self.accepted.eq(sum(p.accepted[k] for p in parsers for k in range(3)))
+        m.d.comb += [p.cnt_rd_stb.eq(self.cnt_rd_stb) for p in parsers]
+        m.d.comb += [p.cnt_rd_addr.eq(self.cnt_rd_addr) for p in parsers]
+        m.d.comb += [self.cnt_rd_data.eq(sum(p.cnt_rd_data for p in parsers)),
+                     self.drop_stb.eq(Cat(*(p.drop_stb for p in parsers)).any())]
         m.d.comb += [
             trk.qp_w_en.eq(self.qp_w_en), trk.qp_w_addr.eq(self.qp_w_addr),
             trk.qp_w_data.eq(self.qp_w_data),

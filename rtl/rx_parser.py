@@ -38,7 +38,9 @@ Architecture (store and forward through one block-RAM buffer):
 * Counters.  All counters go through one incrementer: a block-RAM copy of the
   counters is read, incremented and written back together with the output
   register of that counter (one count per three cycles at most; zeroed after
-  reset before the first frame is read).
+  reset before the first frame is read).  The block RAM's read port also answers
+  ``cnt_rd_*`` requests (the CSR bank's reads) in the cycles the incrementer
+  leaves it free, with a fixed latency (:data:`CNT_RD_LATENCY`).
 
 Record layout in the buffer (64-bit words; ``x`` = byte offset from the UDP
 header): slot 0 meta; slot 1 frame bytes 14..21 (traffic class, flow label,
@@ -68,7 +70,10 @@ from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
 from .layouts import EvMode, MemRegion, RxPacket, RxQpContext
 
-__all__ = ["RxParser", "DropReason"]
+__all__ = ["RxParser", "DropReason", "CNT_RD_LATENCY"]
+
+#: Cycles from a ``cnt_rd_stb`` cycle to the first cycle ``cnt_rd_data`` shows the counter.
+CNT_RD_LATENCY = 6
 
 ETHERTYPE_IPV6 = 0x86DD
 NH_UDP, NH_ROUTING, SRH_TYPE = 17, 43, 4
@@ -221,6 +226,18 @@ class RxParser(wiring.Component):
         Shared mode: dropped frames of plane i (by ``s_port``) per reason.
     accepted : Out(ArrayLayout(32, 3))
         Accepted frames per :class:`~mrcnic.rtl.layouts.RxKind` (DATA, PROBE, ACK).
+    cnt_rd_stb : In(1), cnt_rd_addr : In(range(counters))
+        Read request of counter word ``cnt_rd_addr`` (one-cycle strobe, at least 3 cycles
+        apart): word ``p * N_REASONS + r`` is the drop counter of plane ``p`` (shared mode;
+        ``r`` in one-plane mode) and reason ``r``, word ``planes * N_REASONS + k`` the
+        accepted counter of kind ``k``.  ``counters`` = ``planes * N_REASONS + 3``.
+    cnt_rd_data : Out(32)
+        The word requested, from :data:`CNT_RD_LATENCY` (6) cycles after the strobe cycle
+        until the next request's word arrives (at least 4 cycles after its strobe).  Read
+        from the counter block RAM in a cycle without an increment's read or write (the
+        value of one instant between the strobe and its answer), so no count waits for it.
+    drop_stb : Out(1)
+        One-cycle pulse: a drop counter is written this cycle (the port shows it next cycle).
 
     Latency: a frame's record is committed 2 cycles after its last beat is
     taken on ``s_axis`` (1 in the input register; its buffer writes go through a
@@ -271,6 +288,8 @@ class RxParser(wiring.Component):
             raise ValueError(f"pkt_depth must be >= 4, not {pkt_depth}")
         self._port, self._ports, self._qps, self._regions = port, ports, qps, regions
         self._max_frame, self._buffer_words = max_frame, buffer_words
+        #: counter words: drops (plane p, reason r at ``p * N_REASONS + r``), then accepted
+        self.counters = (ports if port is None else 1) * N_REASONS + 3
         members = {
             "s_axis": In(AxiStreamSignature(64)),
             "own_usid": In(16),
@@ -286,6 +305,10 @@ class RxParser(wiring.Component):
             "pkt": Out(stream.Signature(RxPacket)),
             "payload": Out(AxiStreamSignature(64)),
             "accepted": Out(data.ArrayLayout(32, 3)),
+            "cnt_rd_stb": In(1),
+            "cnt_rd_addr": In(range(self.counters)),
+            "cnt_rd_data": Out(32),
+            "drop_stb": Out(1),
         }
         if port is None:
             members["s_port"] = In(3)
@@ -773,8 +796,15 @@ class RxParser(wiring.Component):
         m.d.comb += tready.eq(~stall)
 
         # ================================================================ counters
+        # One block-RAM word per counter, one incrementer (read, EBR output register, + 1,
+        # write: 4 cycles per event, events at least 4 cycles apart).  The read port also
+        # serves the CSR reads (cnt_rd_*) in the cycles the incrementer neither reads nor
+        # writes.  cnt_out: flip-flop copies, written with the count, that only drive the
+        # drops / accepted ports (simulation and test visibility; a build that reads the
+        # counters through cnt_rd_* only leaves them without a load and they are removed).
         n_drop = planes * N_REASONS
         n_cnt = n_drop + 3
+        assert n_cnt == self.counters
         cnt_out = [Signal(32, name=f"cnt{i}") for i in range(n_cnt)]
         cmem = memory.Memory(shape=32, depth=n_cnt, init=[],
                              attrs={"ram_style": "block", "no_rw_check": 1})
@@ -786,15 +816,34 @@ class RxParser(wiring.Component):
         # event (ev), read (_r), block RAM output (_rr), c_raw (_3), inc_r (_4): written at _4
         ev_en_r, ev_en_rr, ev_en_3, ev_en_4 = Signal(), Signal(), Signal(), Signal()
         ev_idx_r, ev_idx_rr, ev_idx_3, ev_idx_4 = (_data(range(n_cnt)) for _ in range(4))
+        drop_3 = Signal()                  # the event at _3 counts a drop
         clr_busy = Signal(init=1)          # zeroing the counter memory after reset
         clr_idx = Signal(range(n_cnt))
-        m.d.comb += [c_rp.addr.eq(ev_idx_r), c_rp.en.eq(1)]
+        # CSR read (cnt_rd_*): the request waits in q_pend / q_addr for a cycle in which the
+        # port is free (no incrementer read: ev_en_r; no write, whose word a same-cycle read
+        # would see undefined: ev_en_4, clr_busy).  At most two cycles in a row are taken
+        # (the read of one event and the write of the one before it), so a request made in
+        # cycle S reads in S + 1 .. S + 3 and its word is in cnt_rd_data from S + 6 on.
+        q_pend, q_addr = Signal(), _data(range(n_cnt))
+        q_go = Signal()
+        q_go_1, q_go_2 = Signal(), Signal()
+        m.d.comb += q_go.eq(q_pend & ~ev_en_r & ~ev_en_4 & ~clr_busy)
+        with m.If(self.cnt_rd_stb):
+            m.d.sync += [q_pend.eq(1), q_addr.eq(self.cnt_rd_addr)]
+        with m.Elif(q_go):
+            m.d.sync += q_pend.eq(0)
+        m.d.sync += [q_go_1.eq(q_go), q_go_2.eq(q_go_1)]
+        m.d.comb += [c_rp.addr.eq(Mux(ev_en_r, ev_idx_r, q_addr)), c_rp.en.eq(1)]
         m.d.sync += [ev_en_r.eq(ev_en), ev_idx_r.eq(ev_idx),
                      ev_en_rr.eq(ev_en_r), ev_idx_rr.eq(ev_idx_r),
                      ev_en_3.eq(ev_en_rr), ev_idx_3.eq(ev_idx_rr),
-                     ev_en_4.eq(ev_en_3), ev_idx_4.eq(ev_idx_3)]
+                     ev_en_4.eq(ev_en_3), ev_idx_4.eq(ev_idx_3),
+                     drop_3.eq(ev_en_rr & (ev_idx_rr < n_drop)),
+                     self.drop_stb.eq(drop_3)]
         c_raw = _data(32)                  # the counter read (block RAM output register)
         m.d.sync += c_raw.eq(c_rp.data)
+        with m.If(q_go_2):
+            m.d.sync += self.cnt_rd_data.eq(c_raw)
         # A count is written 3 cycles after its read: the read side makes its events at
         # least 4 cycles apart (a record takes IDLE x 2, HEAD step 0, step 1 at least), so
         # every read sees the previous write.

@@ -626,6 +626,72 @@ async def run_csr_nic(dut):
         assert await c.read(f"RX_DROP_{r}") == 0
     assert await c.pop_event() is None
     assert int(dut.irq.value) == 0
+    await rx_counters(dut, c, rng)
+
+
+RX_BLOCK, RX_USID, RX_QPN = 0xFC00_0000, 0x0042, 0x000100
+
+
+def rx_frame(rng, plane, kind):
+    """An ACK frame for QP RX_QPN arriving on ``plane`` (kind "ack"), cut short ("runt"), or
+    an IPv4 frame ("ipv4", an ETHERTYPE drop)."""
+    from mrcnic import wire
+    if kind == "ipv4":
+        return rng.randbytes(12) + b"\x08\x00" + rng.randbytes(rng.randrange(0, 40))
+    path = wire.PathEncap(ev=rng.randrange(1 << 32), port=plane, mode="SRV6", block=RX_BLOCK,
+                          usids=[RX_USID])
+    f = wire.arrival_form(wire.build_ack_frame(
+        src_mac="02:00:00:00:00:09", dst_mac="02:00:00:00:00:01", src_ip="2001:db8:0:9::1",
+        path=path, qpn=RX_QPN, psn=rng.randrange(1 << 24), ev=rng.randrange(1 << 32),
+        base_psn=rng.randrange(1 << 24), bitmap=rng.randrange(1 << 64), ts=rng.randrange(1 << 32),
+        msn=rng.randrange(1 << 24)), RX_BLOCK)
+    return f[:-5] if kind == "runt" else f
+
+
+async def rx_counters(dut, c, rng):
+    """RX_DROP_<reason> (sum over planes) and RX_ACCEPTED (sum over kinds), read from the
+    parsers' counter block RAM while frames are being counted (never decreasing), then
+    exact and equal to the drops_p<i> / accepted ports; IRQ_STATUS.rx_drop set."""
+    from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+    from mrcnic.rtl.layouts import EvMode
+    await c.write("NIC_LOCATOR", RX_BLOCK)
+    await c.write("NIC_USID", RX_USID)
+    rm = c.regmap
+    for q in range(2):
+        await c.write_table("rxqp", q, random_record(rm.table("rxqp").layout, rng, valid=1,
+                                                     qpn=RX_QPN + q, mode=EvMode.SRV6.value))
+    await c.write("IRQ_STATUS", 0xF)
+    srcs = [AxiStreamSource(AxiStreamBus.from_prefix(dut, f"s_axis_p{p}", bus_separator="__"),
+                            dut.clk, dut.rst) for p in range(2)]
+    want = {}
+    for i in range(60):
+        p, kind = rng.randrange(2), rng.choice(["ack", "ipv4", "ipv4", "runt"])
+        want[p, kind] = want.get((p, kind), 0) + 1
+        await srcs[p].send(AxiStreamFrame(rx_frame(rng, p, kind)))
+    seen = []
+    while not all(s.empty() for s in srcs) or len(seen) < 8:
+        seen.append(await c.read("RX_DROP_ETHERTYPE"))
+    assert seen == sorted(seen) and seen[-1] > 0, seen
+    for _ in range(100):                # every frame counted (ACKs may wait for the sender)
+        total = int(dut.accepted.value) + sum(
+            (int(getattr(dut, f"drops_p{p}").value) >> (32 * i)) & MASK32
+            for p in range(2) for i in range(len(DROP_REASONS)))
+        if total == 60:
+            break
+        await ClockCycles(dut.clk, 100)
+    assert total == 60, total
+    n = lambda kind: want.get((0, kind), 0) + want.get((1, kind), 0)   # noqa: E731
+    assert await c.read("RX_DROP_ETHERTYPE") == n("ipv4")
+    assert await c.read("RX_DROP_RUNT") == n("runt")
+    assert await c.read("RX_ACCEPTED") == n("ack") == int(dut.accepted.value)
+    for r in DROP_REASONS:
+        plane = [(int(getattr(dut, f"drops_p{p}").value) >> (32 * DROP_REASONS.index(r))) & MASK32
+                 for p in range(2)]
+        assert await c.read(f"RX_DROP_{r}") == sum(plane), r
+        if r in ("ETHERTYPE", "RUNT"):
+            kind = "ipv4" if r == "ETHERTYPE" else "runt"
+            assert plane == [want.get((p, kind), 0) for p in range(2)], (r, plane)
+    assert (await c.read("IRQ_STATUS")) >> 2 & 1, "IRQ_STATUS.rx_drop"
 
 
 PARALLEL_TESTS = ["run_rw_roundtrip", "run_ro_and_errors", "run_aw_w_skew", "run_cmd_tables_w1c",
@@ -654,11 +720,13 @@ def test_csr_table_latency(tmp_path):
             quiet=True)
 
 
-def test_csr_nic(tmp_path):
-    """The bank in CsrNic (board parameters): shadows, path/rel glue, counters."""
+@pytest.mark.parametrize("shared", [False, True])
+def test_csr_nic(tmp_path, shared):
+    """The bank in CsrNic (board parameters, one parser per plane or the boards' shared one):
+    shadows, path/rel glue, counters."""
     from amaranth.lib.wiring import In as _In
     from mrcnic.rtl.csr_nic import CsrNic
-    nic = CsrNic(**NIC_PARAMS)
+    nic = CsrNic(**NIC_PARAMS, shared_parser=shared)
     inputs = ["__".join(map(str, path)) for path, member, _ in nic.signature.flatten(nic)
               if member.flow == _In]
     run_rtl(nic, toplevel="csr_nic", test_module="tests.rtl.test_csr",

@@ -8,7 +8,9 @@ and put on the pins by a clock-selected mux; TXC is a 90-degree-shifted copy of 
 clock (what a PLL phase tap gives a PHY without TX delay), so the PHY model samples in the
 middle of each half; RX is sampled on both RXC edges and both halves are presented
 together on the next rising edge (IDDRX1F behaviour).  The NIC clock (``clk``) runs at a
-different frequency from the 125 MHz RGMII clocks, so both AsyncFIFOs really cross.
+different frequency from the 125 MHz RGMII clocks, so both AsyncFIFOs really cross; with
+``tx_same_clock=True`` the TX clock is the NIC clock itself (as on the boards) and only its
+reset is separate.
 
 Reference frames are Scapy ``Ether`` packets; FCS is checked against ``zlib.crc32``.
 A separate plain pytest checks that the ECP5 platform wrapper elaborates to
@@ -28,7 +30,7 @@ from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Timer, with_timeout
+from cocotb.triggers import ClockCycles, RisingEdge, Timer, with_timeout
 from cocotb.utils import get_sim_steps
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 from cocotbext.eth import GmiiFrame, RgmiiPhy
@@ -57,7 +59,10 @@ class SimTop(wiring.Component):
 
     def __init__(self, **kwargs):
         self._mac = EthMac(**kwargs)
+        self._same = kwargs.get("tx_same_clock", False)
         super().__init__({
+            # tx_same_clock: the rgmii_tx domain is clocked by ``clk``, reset by this port
+            **({"rgmii_tx_rst": In(1)} if self._same else {}),
             "s_axis": In(AxiStreamSignature(64)),
             "m_axis": Out(AxiStreamSignature(64)),
             "txc": Out(1), "txd": Out(4), "tx_ctl": Out(1),
@@ -68,6 +73,9 @@ class SimTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.mac = mac = self._mac
+        if self._same:
+            m.domains.rgmii_tx = cd = ClockDomain("rgmii_tx")
+            m.d.comb += [cd.clk.eq(ClockSignal("sync")), cd.rst.eq(self.rgmii_tx_rst)]
         wiring.connect(m, wiring.flipped(self.s_axis), mac.s_axis)
         wiring.connect(m, mac.m_axis, wiring.flipped(self.m_axis))
         for name in COUNTERS:
@@ -113,6 +121,7 @@ def wire_image(frame: bytes) -> bytes:
 class TB:
     def __init__(self, dut, nic_ns):
         self.dut, self.nic_ns = dut, nic_ns
+        self.same_clock = bool(tb_param("same_clock", 0))
         self.phy = RgmiiPhy(dut.txd, dut.tx_ctl, dut.txc, dut.rxd, dut.rx_ctl, dut.rgmii_rx_clk,
                             speed=1000e6)
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
@@ -122,20 +131,36 @@ class TB:
         for log in (self.phy.tx.log, self.phy.rx.log, self.source.log, self.sink.log):
             log.setLevel(logging.WARNING)
 
-    async def start(self):
+    async def start(self, tx_reset_cycles=0):
+        """Clocks and resets; the TX domain's reset is released ``tx_reset_cycles`` NIC
+        clock cycles after the others (the boards reset ``sync`` and ``eth_tx`` apart)."""
         dut = self.dut
         for name in ("rgmii_tx_rst", "rgmii_tx90_rst", "rgmii_rx_rst"):
             getattr(dut, name).value = 1
-        cocotb.start_soon(Clock(dut.rgmii_tx_clk, RGMII_NS, unit="ns").start())
+        if self.same_clock:
+            assert self.nic_ns == RGMII_NS
+            tx_clk = dut.clk                  # rgmii_tx is clocked by clk inside SimTop
+        else:
+            tx_clk = dut.rgmii_tx_clk
+            cocotb.start_soon(Clock(tx_clk, RGMII_NS, unit="ns").start())
 
         async def tx90():
+            await RisingEdge(tx_clk)
             await Timer(RGMII_NS // 4, unit="ns")
             await Clock(dut.rgmii_tx90_clk, RGMII_NS, unit="ns").start()
         cocotb.start_soon(tx90())
         await start(dut, ["s_axis__tvalid", "m_axis__tready"], period_ns=self.nic_ns,
                     reset_cycles=8)
-        for name in ("rgmii_tx_rst", "rgmii_tx90_rst", "rgmii_rx_rst"):
+        for name in ("rgmii_tx90_rst", "rgmii_rx_rst"):
             getattr(dut, name).value = 0
+
+        async def release_tx():
+            await ClockCycles(dut.clk, tx_reset_cycles)
+            dut.rgmii_tx_rst.value = 0
+        if tx_reset_cycles:
+            cocotb.start_soon(release_tx())
+        else:
+            dut.rgmii_tx_rst.value = 0
         await ClockCycles(dut.clk, 8)
 
     def counters(self):
@@ -223,6 +248,25 @@ async def run_tx_line_rate(dut):
 
 
 @cocotb.test()
+async def run_tx_reset_skew(dut):
+    """The TX domain leaves reset 300 NIC cycles after ``sync``: frames sent meanwhile are
+    stored and then go out whole and exact, in order, with good FCS."""
+    rng = random.Random(tb_param("seed", 1) + 5)
+    tb = TB(dut, tb_param("nic_ns"))
+    await tb.start(tx_reset_cycles=300)
+    frames = [scapy_frame(rng, n) for n in (60, 1514, 61, 200)]
+    for f in frames[:2]:
+        await tb.source.send(AxiStreamFrame(f))
+    await ClockCycles(dut.clk, 250)
+    assert int(dut.tx_ctl.value) == 0                 # nothing on the wire during the reset
+    for f in frames[2:]:
+        await tb.source.send(AxiStreamFrame(f))
+    await recv_exact(tb, frames)
+    await ClockCycles(dut.clk, 4)
+    assert tb.counters()["tx_frames"] == len(frames)
+
+
+@cocotb.test()
 async def run_rx(dut):
     """Wire -> NIC: 64..1518-byte frames (with FCS) back to back; FCS stripped, bytes exact."""
     rng = random.Random(tb_param("seed", 1) + 1)
@@ -307,6 +351,53 @@ async def run_rx_errors(dut):
 
 
 @cocotb.test()
+async def run_rx_counters_reset(dut):
+    """The RX counters count exactly, restart from 0 after a reset (their RAM copy is
+    cleared) and count exactly again, one frame of each kind right after another."""
+    rng = random.Random(tb_param("seed", 1) + 6)
+    tb = TB(dut, tb_param("nic_ns"))
+
+    def bad_fcs(n):
+        g = GmiiFrame.from_payload(scapy_frame(rng, n))
+        g.data[-1] ^= 0x80
+        return g
+
+    async def burst(n_good, n_bad, n_runt, n_giant):
+        kinds = ["g"] * n_good + ["f"] * n_bad + ["r"] * n_runt + ["x"] * n_giant
+        rng.shuffle(kinds)
+        good = []
+        for k in kinds:
+            if k == "g":
+                f = scapy_frame(rng, rng.randint(60, 120))
+                good.append(f)
+                await tb.phy.rx.send(GmiiFrame.from_payload(f))
+            elif k == "f":
+                await tb.phy.rx.send(bad_fcs(rng.randint(60, 120)))
+            elif k == "r":
+                await tb.phy.rx.send(GmiiFrame.from_raw_payload(bytes(rng.randint(1, 63))))
+            else:
+                await tb.phy.rx.send(GmiiFrame.from_payload(scapy_frame(rng, 1515)))
+        for f in good:
+            out = await with_timeout(tb.sink.recv(), 200, "us")
+            assert bytes(out.tdata) == f
+        await with_timeout(tb.phy.rx.wait(), 200, "us")
+        await ClockCycles(dut.clk, 60)
+        c = tb.counters()
+        assert (c["rx_frames"], c["rx_bad_fcs"], c["rx_runt"], c["rx_giant"],
+                c["rx_fifo_overflow"]) == (n_good, n_bad, n_runt, n_giant, 0), c
+
+    await tb.start()
+    await burst(4, 3, 2, 1)
+    for name in ("rst", "rgmii_rx_rst", "rgmii_tx_rst"):
+        getattr(dut, name).value = 1
+    await ClockCycles(dut.clk, 4)
+    assert all(v == 0 for v in tb.counters().values())
+    for name in ("rst", "rgmii_rx_rst", "rgmii_tx_rst"):
+        getattr(dut, name).value = 0
+    await burst(2, 1, 3, 2)
+
+
+@cocotb.test()
 async def run_rx_overflow(dut):
     """A stalled NIC sink: frames that find the buffer full are dropped whole and counted."""
     rng = random.Random(tb_param("seed", 1) + 3)
@@ -353,6 +444,16 @@ def test_eth_mac_tx_clocks(tmp_path, nic_ns):
                 testcase=case, quiet=True)
 
 
+def test_eth_mac_tx_same_clock(tmp_path):
+    """``tx_same_clock``: the RGMII TX domain runs on the NIC clock itself (the boards: one
+    125 MHz PLL output), beats handed over by a register instead of the AsyncFIFO; frames
+    exact, line rate with the 12-byte gap, oversize truncation, and a late TX reset."""
+    for case in ("run_tx", "run_tx_line_rate", "run_tx_reset_skew"):
+        run_rtl(SimTop(tx_same_clock=True), toplevel="eth_mac",
+                test_module="tests.rtl.test_eth_mac", build_dir=tmp_path / case,
+                env={"nic_ns": 8.0, "same_clock": 1, "seed": 81}, testcase=case, quiet=True)
+
+
 def test_eth_mac_rx_slow_nic(tmp_path):
     """RX with the NIC clock at 40 MHz, above the documented quarter of the RX clock: the
     32-bit crossing words are drained fast enough for back-to-back frames (nothing lost)."""
@@ -383,6 +484,9 @@ def test_eth_mac_params():
         EthMac(tx_domain="sync")
     with pytest.raises(ValueError):
         EthMac(tx_domain="a", rx_domain="a")
+    with pytest.raises(ValueError):
+        EthMac(tx_same_clock=1)
+    assert EthMac(tx_same_clock=True).tx_same_clock
 
 
 def test_rgmii_ecp5_elaborates():

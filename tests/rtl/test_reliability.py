@@ -263,9 +263,10 @@ async def run_min_active(dut):
     tb = TB(dut)
     await tb.start(eligible=0xFFFF & ~(1 << 4))           # entry 4 is DENIED
     await tb.configure(0, start_psn=0, profile_count=5, ev_min_active=3, ack_timeout_exp=0)
-    tb.send(0, 4)
-    tb.send(1, 0)
-    tb.send(2, 1)
+    # (16 cycles apart: the timeout order does not hang on the scan's phase)
+    for psn, index in ((0, 4), (1, 0), (2, 1)):
+        tb.send(psn, index)
+        await ClockCycles(dut.clk, 16)
     while len(tb.out["retx"]) < 3:
         await RisingEdge(dut.clk)
     await ClockCycles(dut.clk, 10)

@@ -22,7 +22,7 @@ from scapy.packet import Raw, fuzz
 
 from mrcnic import wire
 from mrcnic.rtl.layouts import EvMode, MemRegion, RxKind, RxPacket, RxQpContext
-from mrcnic.rtl.rx_parser import DropReason, RxParser
+from mrcnic.rtl.rx_parser import CNT_RD_LATENCY, DropReason, RxParser
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import StreamSink, pack, start, unpack
 
@@ -248,7 +248,8 @@ def ref_reason(f: bytes, bad_keep=False):
 # --------------------------------------------------------------------------- testbench
 INPUTS = ["s_axis__tvalid", "s_axis__tdata", "s_axis__tkeep", "s_axis__tlast", "pkt__ready",
           "payload__tready", "own_usid", "locator_block", "own_ip", "trim_dscp",
-          "qp_w_en", "qp_w_addr", "qp_w_data", "mr_w_en", "mr_w_addr", "mr_w_data"]
+          "qp_w_en", "qp_w_addr", "qp_w_data", "mr_w_en", "mr_w_addr", "mr_w_data",
+          "cnt_rd_stb", "cnt_rd_addr"]
 
 
 class TaggedSource:
@@ -707,7 +708,86 @@ async def run_shared(dut):
                   [sum(d) for d in drops])
 
 
-ONE_PLANE_TESTS = ["run_valid", "run_rules", "run_fuzz", "run_throughput", "run_icrc_back_to_back"]
+@cocotb.test()
+async def run_counter_reads(dut):
+    """Counter words read through cnt_rd_* while drops are counted at the highest rate
+    (one-beat frames back to back: a count event every 4 cycles): each answer, from
+    CNT_RD_LATENCY cycles after its strobe, is the counter's value at one cycle the block
+    RAM could serve it (S + 1 .. S + 3), requests 3..7 cycles apart; drop_stb pulses once
+    per counted drop; at the end every word reads its port's value."""
+    planes = tb_param("planes", 0)          # 0: one-plane parser
+    tb = await setup(dut, seed=61, tagged=bool(planes))
+    rng, d = tb.rng, dut
+    if planes:
+        names = [(f"drops_p{p}", r) for p in range(planes) for r in range(len(R))]
+    else:
+        names = [("drops", r) for r in range(len(R))]
+    names += [("accepted", k) for k in range(3)]
+
+    def words():
+        vals = {}
+        for name in {n for n, _ in names}:
+            v = int(getattr(d, name).value)
+            vals[name] = [(v >> (32 * i)) & 0xFFFFFFFF for i in range(len(R))]
+        return [vals[n][i] for n, i in names]
+
+    n_bad = n_good = 0
+    for i in range(150):
+        if rng.random() < 0.8:          # 14-byte IPv4 frames: ETHERTYPE drops, 4 cycles each
+            f = rng.randbytes(12) + b"\x08\x00"
+            n_bad += 1
+        else:
+            f = ack_frame(rng)
+            n_good += 1
+        if planes:
+            await tb.source.send(f, rng.randrange(planes))
+        else:
+            await tb.send(f)
+    history = []                        # word values per cycle
+    pending = []                        # (strobe cycle, word)
+    next_stb, cyc, reads, pulses, moved = 2, 0, 0, 0, 0
+    calm = 0
+    while calm < 60:
+        d.cnt_rd_stb.value = 0
+        if cyc == next_stb:
+            w = rng.randrange(len(names))
+            if rng.random() < 0.6:      # mostly the word being counted: reads race counts
+                w = rng.randrange(max(planes, 1)) * len(R) + R.ETHERTYPE
+            d.cnt_rd_stb.value, d.cnt_rd_addr.value = 1, w
+            pending.append((cyc, w))
+            next_stb = cyc + rng.randrange(3, 8)
+        await RisingEdge(d.clk)         # cycle cyc ends: its values are visible now
+        history.append(words())
+        pulses += int(d.drop_stb.value)
+        if pending and pending[0][0] + CNT_RD_LATENCY == cyc:
+            s_cyc, w = pending.pop(0)
+            got = int(d.cnt_rd_data.value)
+            ok = {history[c][w] for c in range(s_cyc + 1, s_cyc + 4)}
+            assert got in ok, f"word {w} {names[w]} read {got}, expected one of {ok}"
+            reads += 1
+            moved += len(ok) > 1
+        if cyc > 1 and history[-1] != history[-2]:
+            calm = 0
+        else:
+            calm += 1
+        cyc += 1
+    final = words()
+    assert sum(final[:-3]) == n_bad and sum(final[-3:]) == n_good, (final, n_bad, n_good)
+    assert pulses == n_bad, f"{pulses} drop_stb pulses for {n_bad} drops"
+    for w in range(len(names)):         # every word, quietly
+        d.cnt_rd_stb.value, d.cnt_rd_addr.value = 1, w
+        await RisingEdge(d.clk)
+        d.cnt_rd_stb.value = 0
+        for _ in range(CNT_RD_LATENCY):
+            await RisingEdge(d.clk)
+        assert int(d.cnt_rd_data.value) == final[w], names[w]
+    assert reads > 100 and moved > 0, (reads, moved)
+    dut._log.info("counter reads: %d during counting (%d raced a count), %d drops", reads,
+                  moved, n_bad)
+
+
+ONE_PLANE_TESTS = ["run_valid", "run_rules", "run_fuzz", "run_throughput", "run_icrc_back_to_back",
+                   "run_counter_reads"]
 
 
 def test_rx_parser(tmp_path):
@@ -720,7 +800,8 @@ def test_rx_parser_shared(tmp_path):
     """One parser serving three planes (``port=None, ports=3``)."""
     run_rtl(RxParser(port=None, ports=SHARED_PORTS, max_frame=MAX_FRAME), toplevel="rx_parser",
             test_module="tests.rtl.test_rx_parser", build_dir=tmp_path / "rx_parser_shared",
-            env={"shared_frames": SHARED_FRAMES}, testcase="run_shared", quiet=True)
+            env={"shared_frames": SHARED_FRAMES, "planes": SHARED_PORTS},
+            testcase=["run_shared", "run_counter_reads"], quiet=True)
 
 
 def test_rx_parser_params():
