@@ -4,7 +4,7 @@ import re
 import subprocess
 
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
