@@ -371,6 +371,30 @@ async def run_hazards(dut):
     assert tb.out["retx"][0][0] >= t0 + 128
 
 
+@cocotb.test()
+async def run_event_stall(dut):
+    """A stalled EV-event consumer: the first event waits in the output register, later ones
+    are dropped and counted (events_dropped), none is lost silently or duplicated."""
+    tb = TB(dut)
+    await tb.start()
+    await tb.configure(0, ack_timeout_exp=0)
+    dut.event__ready.value = 0
+    tb.send(100, 0)
+    tb.send(101, 1)
+    while tb.count("ev_events") < 2:                  # both PSNs time out: two ASSUMED_BAD events
+        await RisingEdge(dut.clk)
+    tb.send_ack(101, ev=EV(2))                        # both acknowledged: no further events
+    await tb.idle(50)
+    made, dropped = tb.count("ev_events"), tb.count("events_dropped")
+    assert made >= 2 and dropped == made - 1 and tb.out["event"] == [], (made, dropped)
+    dut.event__ready.value = 1
+    await ClockCycles(dut.clk, 10)
+    held = tb.items("event")
+    assert len(held) == 1 and held[0]["state"] == EvState.ASSUMED_BAD, held
+    assert held[0]["reason"] == EvEventReason.ACK_TIMEOUT and held[0]["index"] in (0, 1)
+    assert tb.count("events_dropped") == dropped
+
+
 def test_reliability(tmp_path):
     run_rtl(SenderReliability(qps=2, window=64, paths=PATHS), toplevel="sender_reliability",
             test_module="tests.rtl.test_reliability", build_dir=tmp_path / "rel", quiet=True)
