@@ -110,6 +110,15 @@ class ColorlightNicTop(NicBoardTop):
     board = "colorlight"
     device = DEVICE
 
+    def __init__(self, *, paths: int = 16, qps: int = 1, **options):
+        """As :class:`NicBoardTop`, sized for the LFE5U-25F by default: one QP with up to 16 EVs.
+
+        With the Versa's ``qps=2, paths=32`` the NIC needs ~24 700 LUT4 (101 % of the 25F);
+        ``paths=16`` or ``qps=1`` alone leaves it at 97 %, where nextpnr's placer no longer
+        converges in reasonable time; both give ~93 % (see ``docs/boards.md``).
+        """
+        super().__init__(paths=paths, qps=qps, **options)
+
     def clocking(self, m, platform):
         m.submodules.clk25_buf = buf = io.Buffer("i", platform.request("clk25", 0, dir="-"))
         clk25 = buf.i

@@ -504,8 +504,8 @@ class NicBoardTop(wiring.Component):
         ``"nic"``: :class:`mrcnic.rtl.nic.MRCNic` (ports=2).
     paths : int
         Path-table entries of the core's spray schedulers (default 32: two QPs with
-        up to 16 EVs each; sized for the LFE5U-25F, see ``python -m
-        mrcnic.boards.survey``).
+        up to 16 EVs each; the Colorlight top defaults to 16 and one QP to fit the
+        LFE5U-25F, see ``python -m mrcnic.boards.survey``).
     qps : int
         QP contexts.
     window : int
