@@ -311,10 +311,10 @@ class BoardRegs(wiring.Component):
     s_axil : In(Axi4LiteSignature(16, 32))
         Offsets ``0x0800..0x08FF`` (registers) and ``0x8000..`` (host memory, 32-bit
         words).  Unknown offsets answer SLVERR (reads: data 0).  One transaction at a
-        time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 4
-        cycles later (the address is registered, then decoded; a read runs through a
-        two-stage multiplexer); host memory: the cycle after the window access is
-        done.
+        time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 3
+        cycles later (the address is registered, then decoded into one-hot selects; a
+        read runs through one AND-OR multiplexer into ``rdata``); host memory: the cycle
+        after the window access is done.
     m_wr : Out(stream.Signature(WorkRequest))
         ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
     s_cpl : In(stream.Signature(Completion))
@@ -372,9 +372,11 @@ class BoardRegs(wiring.Component):
             0x800: Const(0x42524431, 32),
             0x804: Cat(self.status, Const(0, 5), self.m_wr.valid, Const(0, 7), cf.level),
             0x80C: Const(self.hostmem_words, 32),
-            0x830: Mux(cf.r_rdy, cf.r_data[:32], 0),
-            0x834: Mux(cf.r_rdy, Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data) - 1), cf.r_rdy), 0),
+            # CPL_DATA0/1 read 0 while the FIFO is empty: r_rdy joins their selects (below)
+            0x830: cf.r_data[:32],
+            0x834: Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data) - 1), Const(1, 1)),
         }
+        cpl_words = {(0x830 - BOARD_BASE) >> 2, (0x834 - BOARD_BASE) >> 2}
         for i in range(14):
             regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
         for i in range(5):
@@ -382,7 +384,8 @@ class BoardRegs(wiring.Component):
         words = {(off - BOARD_BASE) >> 2: value for off, value in regs.items()}
 
         # one transaction at a time: its address (AW or AR) is registered and decoded in
-        # the next cycle; a register read then runs through a two-stage AND-OR multiplexer
+        # the next cycle into one-hot selects; a register read is then one AND-OR
+        # multiplexer (two data bits per LUT, three LUT levels) into ``rdata``
         addr = Signal(16)
         word = addr[2:8]                                 # register word in the window
         in_win = addr[8:12] == (BOARD_BASE >> 8)         # (bits 15:12 ignored, as below 0x8000)
@@ -398,10 +401,11 @@ class BoardRegs(wiring.Component):
         m.d.comb += [sh_w.addr.eq(word[:4]), sh_w.data.eq(self.win_wdata), sh_r.addr.eq(word[:4])]
         sel = {w: Signal(name=f"rd_sel{w}") for w in words}     # one-hot register select
         sel_wr = Signal()
-        groups = {0: [(sel_wr, sh_r.data)]}
+        rd_hit = Signal()                                # a register is at the read's word
+        sh_q = Signal(32)                                # the WR_DATA copy's word, registered
+        cases = [(sel_wr, sh_q)]
         for w, value in words.items():
-            groups.setdefault(w >> 3, []).append((sel[w], value))
-        grp = {g: Signal(32, name=f"rd_grp{g}") for g in groups}
+            cases.append((sel[w] & cf.r_rdy if w in cpl_words else sel[w], value))
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(s.awvalid & s.wvalid):
@@ -449,17 +453,18 @@ class BoardRegs(wiring.Component):
                         m.next = "R"
                 with m.Else():
                     m.d.sync += [sel[w].eq(in_win & (word == w)) for w in words]
-                    m.d.sync += sel_wr.eq(in_win & (word >= wr_first) & (word < wr_first + 7))
+                    m.d.sync += sh_q.eq(sh_r.data)
+                    is_wr = (word >= wr_first) & (word < wr_first + 7)
+                    m.d.sync += [sel_wr.eq(in_win & is_wr),
+                                 rd_hit.eq(in_win & (is_wr | Cat(*(word == w for w in words)).any()))]
                     m.next = "RD1"
             with m.State("RD1"):
-                # an AND-OR multiplexer (two data bits per LUT), in two stages: each group
-                # of 8 words, then the groups; an unknown offset selects nothing (0)
-                m.d.sync += [grp[g].eq(_and_or(cases)) for g, cases in groups.items()]
+                # an AND-OR multiplexer (two data bits per LUT); an unknown offset selects
+                # nothing (0).  CPL_DATA0/1 select only while the FIFO holds a completion
+                # (r_rdy of this cycle, the one the CPL_DATA1 pop sees)
+                m.d.sync += s.rdata.eq(_and_or(cases))
                 m.d.comb += cf.r_en.eq(sel[(0x834 - BOARD_BASE) >> 2])   # CPL_DATA1 pops
-                m.next = "RD2"
-            with m.State("RD2"):
-                m.d.sync += s.rdata.eq(_and_or([(1, v) for v in grp.values()]))
-                with m.If(~Cat(sel_wr, *sel.values()).any()):
+                with m.If(~rd_hit):
                     m.d.sync += s.rresp.eq(SLVERR)
                 m.d.sync += s.rvalid.eq(1)
                 m.next = "R"
@@ -484,11 +489,16 @@ class BoardRegs(wiring.Component):
 
 
 def _and_or(cases):
-    """OR of ``value`` over the ``(select, value)`` pairs whose select is set (one-hot)."""
-    out = Const(0, 32)
-    for sel, value in cases:
-        out = out | Mux(sel, value, 0)
-    return out
+    """OR of ``value`` over the ``(select, value)`` pairs whose select is set (one-hot).
+
+    The OR is a balanced tree (a linear chain would map to a LUT chain as deep as it is
+    long): two terms per LUT, then OR4s, ``1 + ceil(log4(len(cases) / 2))`` LUT levels.
+    """
+    terms = [Mux(sel, value, 0) for sel, value in cases]
+    while len(terms) > 1:
+        terms = [terms[i] | terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0] if terms else Const(0, 32)
 
 
 class NicBoardTop(wiring.Component):

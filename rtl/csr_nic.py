@@ -522,16 +522,14 @@ class CsrNic(wiring.Component):
             m.d.sync += cpl_count.eq(cpl_count + 1)
         refused_d = Signal()
         m.d.sync += refused_d.eq(nic.wr_refused[0])
-        # the core's counters enter the bank's read multiplexer from registers of their own
-        # (some are sums over planes: their adders stay out of the multiplexer's cycle);
-        # a register reads its counter as of the previous cycle
-        m.d.sync += [
+        # the core's counters are flip-flops and enter the bank's read multiplexer as they
+        # are; TX_PACKETS is a sum over planes and enters from a register of its own (its
+        # adder stays out of the multiplexer's cycle: it reads as of the previous cycle)
+        m.d.sync += csr.tx_packets.eq(nic.data_frames)
+        m.d.comb += [
             csr.rx_duplicates.eq(nic.duplicates),
             csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_acks.eq(nic.acks_sent),
-            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_packets.eq(nic.data_frames),
-            csr.tx_retransmits.eq(nic.retransmits),
-        ]
-        m.d.comb += [
+            csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_retransmits.eq(nic.retransmits),
             csr.rx_completions.eq(cpl_count), csr.rx_nacks.eq(0), csr.tx_rd_errors.eq(0),
             csr.irq_status_wr_refused_set.eq(refused_d != nic.wr_refused[0]),
             csr.irq_status_rx_drop_set.eq(nic.rx_drop_stb),

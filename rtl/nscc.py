@@ -280,8 +280,10 @@ class Nscc(wiring.Component):
         md_done = [Signal(name=f"md_done{i}") for i in range(qps)]
         qa_done = [Signal(name=f"qa_done{i}") for i in range(qps)]
 
-        # the update in progress: its signals, and copies of its QP's parameters and state
-        # (taken in the LOAD cycle, so the QP number drives one multiplexer level only)
+        # the update in progress: its signals; its QP's parameters and state are read in place
+        # through one multiplexer level (q is a register, stable for the update; a
+        # configuration write to q cancels the update, and the update's own writes come after
+        # its last read), so no working copies are kept
         q = Signal(qb)
         acked = Signal(24)
         rtt = Signal(32)
@@ -290,10 +292,12 @@ class Nscc(wiring.Component):
         c = Signal(NsccConfig)
         cw = Signal(32)
         ep = Signal(32)
+        m.d.comb += [c.eq(Array(cfgs)[q]), cw.eq(cwnd[q]), ep.eq(Array(epoch)[q])]
         cur = Signal(32)             # the QP's epoch state, read in place (q is stable
         last = Signal(32)            # during an update; written back in the STATE cycle)
         mdd = Signal()
         qad = Signal()
+        m.d.comb += [mdd.eq(Array(md_done)[q]), qad.eq(Array(qa_done)[q])]
         qoh = Signal(qps)            # q, one-hot
         pend = Signal(qps)           # per QP: its configured cwnd still needs the clamp
         init_job = Signal()          # the job in progress is that clamp
@@ -373,9 +377,7 @@ class Nscc(wiring.Component):
                 with m.If(self.upd.valid & (p.qp < qps)):
                     fsm.goto("LOAD")
         with fsm.State("LOAD"):
-            m.d.sync += [c.eq(Array(cfgs)[q]), cw.eq(cwnd[q]), ep.eq(Array(epoch)[q]),
-                         mdd.eq(Array(md_done)[q]), qad.eq(Array(qa_done)[q]),
-                         md_c.eq((~Array(cfgs)[q].md_q8 & 0xFF) + 1)]
+            m.d.sync += md_c.eq((~c.md_q8 & 0xFF) + 1)
             with m.If(init_job):
                 fsm.goto("INIT")
             with m.Else():

@@ -177,10 +177,10 @@ class SenderReliability(wiring.Component):
     starts while a SentInfo is in the first register, so a burst arriving
     during scans is never refused), a step of the current ACK, one PSN of the
     timeout scan (the cycle after a scan step starts nothing).  An operation that reads a slot (ACK step, scan) waits while an
-    older one that may write it is in S0 or S1 (a scan: S0-S2), tested on
-    registered flags (an ACK step waits for any SentInfo or scan there); a
-    write in the cycle of the read is forwarded into S2, so back-to-back
-    updates of one slot are never lost.
+    older one that may write it is in S0..S2 (a scan: S0..S3), tested on
+    registered flags (an ACK step waits for any SentInfo or scan there), so
+    every read comes after the last write of its slot: no forwarding, and
+    back-to-back updates of one slot are never lost.
 
     **ACK processing** (``ack`` stream, one RxPacket of kind ACK at a time;
     ``ready`` is high only between ACKs; other kinds, ``qp >= qps`` and
@@ -259,7 +259,8 @@ class SenderReliability(wiring.Component):
     ``length``/``msg_last`` are chosen between SentInfo and slot); one index
     decoder is shared by the timeout action, the finishing ACK and the
     probe-reply search; SentInfos and EV events pass through registers, not
-    LUT-RAM FIFOs.
+    LUT-RAM FIFOs; the read holds make slot forwarding unnecessary; seven
+    low-rate counters share one 32-bit incrementer.
 
     Parameters
     ----------
@@ -332,6 +333,10 @@ class SenderReliability(wiring.Component):
     probe_replies, ev_events, events_dropped, min_active_holds, sent_dropped,
     acks_dropped : Out(32)
         Event counters (wrap around); ``retransmissions`` counts RetxReqs issued.
+        ``retransmissions``, ``timeouts``, ``min_active_holds``, ``trim_nacks``,
+        ``probe_replies``, ``ecn_echoes`` and ``clean_acks`` share one incrementer
+        (a distributed-RAM copy of them): they show an event 1..7 cycles after it,
+        never lose one; the others count in the cycle after their event.
     """
 
     def __init__(self, qps: int = 2, window: int = 256, paths: int = MAX_PATHS, clk_ns: int = 8):
@@ -392,8 +397,18 @@ class SenderReliability(wiring.Component):
         qb = max(1, qbits)                 # per-QP tables are indexed by qp[:qb] (range-checked)
         abits = wbits + qbits              # slot address
 
+        # the low-rate counters share one incrementer (see "shared counters" below): an
+        # increment sets the counter's pending bit
+        shared = ["retransmissions", "timeouts", "min_active_holds", "trim_nacks",
+                  "probe_replies", "ecn_echoes", "clean_acks"]
+        cnt_ev = Signal(len(shared))
+
         def inc(counter, cond=None):
-            if cond is None:
+            name = next((n for n in shared if getattr(self, n) is counter), None)
+            if name is not None:
+                with m.If(1 if cond is None else cond):
+                    m.d.comb += cnt_ev[shared.index(name)].eq(1)
+            elif cond is None:
                 m.d.sync += counter.eq(counter + 1)
             else:
                 with m.If(cond):
@@ -459,12 +474,12 @@ class SenderReliability(wiring.Component):
         m.d.sync += bad.eq((bad & ~bad_clr) | bad_set)
 
         # ---- memories ---------------------------------------------------
-        # no_rw_check: a read meeting a write of its slot gets the written lanes by forwarding
-        # (S2), so synthesis needs no collision logic behind the RAM
+        # no_rw_check: an issued read never meets a write of its slot (the read holds), so
+        # synthesis needs no collision logic behind the RAM
         m.submodules.slots = slots = memory.Memory(shape=_Slot.size, depth=qps * window, init=[],
                                                    attrs={"no_rw_check": 1})
         sl_w = slots.write_port(granularity=_LANE)
-        sl_r = slots.read_port()          # not transparent: writes are forwarded in S2
+        sl_r = slots.read_port()          # not transparent: never needed (the read holds)
         m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[],
                                                attrs={"ram_style": "block"})
         ev_w = evs.write_port()
@@ -542,12 +557,12 @@ class SenderReliability(wiring.Component):
         # selection (comb) -> S0 register = read address -> S1 per-QP PSN state (the RAM
         # reads) -> S2 slot data (registered RAM output) -> S3 write-back and accumulators
         # -> S4 a timeout's write-back.  An operation that reads the slot is not selected while
-        # an older one that may write the same slot is in S0 or S1 (a scan: S0..S2); a write
-        # landing with the read reaches it through the transparent read port.  The test is
-        # made on registered flags (no address compare in the selection): a SentInfo in S0/S1
-        # holds every read; a SACK in S0/S1 holds a trim read (SACK steps of one ACK touch
-        # distinct slots); a scan in S0..S2 holds every read, except that a scan only waits for
-        # an older scan of the same slot (registered address compares, see ``sc_c1``).
+        # an older one that may write the same slot is in S0..S2 (S3 writes; a scan: S0..S3,
+        # S4 writes), so every read is issued after the write (no forwarding).  The test is
+        # made on registered flags (no address compare in the selection): a SentInfo in S0..S2
+        # holds every read; a SACK in S0..S2 holds a trim read (SACK steps of one ACK touch
+        # distinct slots); a scan in S0..S3 holds every read, except that a scan only waits for
+        # an older scan of the same slot (registered address compares, ``sc_c1``..``sc_c3``).
         def is_job(op):
             return (op == _OP_CUM) | (op == _OP_SACK) | (op == _OP_TRIM)
 
@@ -606,12 +621,12 @@ class SenderReliability(wiring.Component):
         s4_rt = Signal(9)                 # {retries, texp} of that write
 
         # registered read holds (see above)
-        hold_sent = Signal()               # a SentInfo in S0 or S1 next cycle
-        hold_scan = Signal()               # a scan in S0..S2 next cycle
-        hold_sack = Signal()               # a SACK in S0 or S1 next cycle
-        m.d.sync += [hold_sent.eq(s0.is_sent | r0.is_sent),
-                     hold_scan.eq(s0.is_scan | r0.is_scan | s1.is_scan),
-                     hold_sack.eq(s0.is_sack | r0.is_sack)]
+        hold_sent = Signal()               # a SentInfo in S0..S2 next cycle
+        hold_scan = Signal()               # a scan in S0..S3 next cycle
+        hold_sack = Signal()               # a SACK in S0..S2 next cycle
+        m.d.sync += [hold_sent.eq(s0.is_sent | r0.is_sent | s1.is_sent),
+                     hold_scan.eq(s0.is_scan | r0.is_scan | s1.is_scan | s2.is_scan),
+                     hold_sack.eq(s0.is_sack | r0.is_sack | s1.is_sack)]
 
         # ---- ACK job state ----------------------------------------------------
         job = Signal(RxPacket)
@@ -792,8 +807,10 @@ class SenderReliability(wiring.Component):
         m.d.comb += scan_addr.eq(slot_addr(scan_q, scan_psn))
         sc_c1 = Signal()
         sc_c2 = Signal()
+        sc_c3 = Signal()
         m.d.sync += [sc_c1.eq(r0.is_scan & (r0_addr == scan_addr)),
-                     sc_c2.eq(s1.is_scan & (s1_addr == scan_addr))]
+                     sc_c2.eq(s1.is_scan & (s1_addr == scan_addr)),
+                     sc_c3.eq(s2.is_scan & (s2_addr == scan_addr))]
         # the scan's wrap test, registered (scan_off, scan_q and outst are stable for the
         # bubble cycle after a scan step; a stale outst only ends a pass early or late by one)
         scan_last = Signal()
@@ -802,7 +819,7 @@ class SenderReliability(wiring.Component):
         # (no scan while a SentInfo is in the first input register: it is the head next
         # cycle, the scan's bubble would then hold it while the next one arrives)
         m.d.comb += scan_go.eq(free0 & ~full_a & ackjob.ongoing("IDLE") & ~to_pending
-                               & ~hold_sent & ~sc_c1 & ~sc_c2)
+                               & ~hold_sent & ~sc_c1 & ~sc_c2 & ~sc_c3)
         with m.If(sent_go):
             m.d.comb += s0_op.eq(_OP_SENT)
         with m.If(cum_go):
@@ -870,22 +887,12 @@ class SenderReliability(wiring.Component):
                      ev_w.addr.eq(s1_sent.index), ev_w.data.eq(s1_sent.ev)]
 
         # ---- stage 2: registered slot data --------------------------------------------
-        # rd_raw registers the block RAM's read data and nothing else (the EBR's output
-        # register, see boards/ebr_outreg.py).  The lanes written in the cycle of the read
-        # (the only write an issued read can meet, see the read holds) are forwarded: they
-        # are registered twice beside the read and replace the RAM's lanes in S2.
-        rd_raw = Signal(_Slot)
-        m.d.sync += rd_raw.eq(sl_r.data)
-        fw1_en = Signal(12)
-        fw1_d = Signal(_Slot)
-        fw2_en = Signal(12)
-        fw2_d = Signal(_Slot)
-        m.d.sync += [fw1_en.eq(Mux(sl_w.addr == r0_addr, sl_w.en, 0)), fw1_d.eq(sl_w.data),
-                     fw2_en.eq(fw1_en), fw2_d.eq(fw1_d)]
+        # rd registers the block RAM's read data and nothing else (the EBR's output
+        # register, see boards/ebr_outreg.py).  No write can land in the cycle of an issued
+        # read or later while the reader is in S0..S2 (see the read holds), so the RAM's data
+        # is current: no forwarding registers, no lane multiplexers.
         rd = Signal(_Slot)
-        m.d.comb += rd.eq(Cat(Mux(fw2_en[k], fw2_d.as_value()[_LANE * k:_LANE * (k + 1)],
-                                  rd_raw.as_value()[_LANE * k:_LANE * (k + 1)])
-                              for k in range(12)))
+        m.d.sync += rd.eq(sl_r.data)
         s2_nack = Signal()
         m.d.comb += s2_nack.eq(~rd.acked)
         in_range = Signal()
@@ -1216,6 +1223,42 @@ class SenderReliability(wiring.Component):
                 with m.Else():
                     m.d.sync += [pr_timer[i].eq(pr_timer[i] - 1), pr_zero[i].eq(pr_timer[i] == 2)]
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
+
+        # ---- shared counters ----------------------------------------------------------
+        # The ports are flip-flops; a copy of each lives in a distributed RAM that feeds one
+        # incrementer: each cycle the lowest pending counter k (retransmissions first) gets
+        # word[k] + 1 in its RAM word and its port.  Each of these counters is incremented at
+        # most once per 4 cycles (retransmissions: a timeout's RetxReq, then a trim NACK's 4
+        # cycles later) or per 9 cycles (the others: one ACK finish or one timeout action), and
+        # at most 7 bits are pending, so a pending bit is always served before its counter's
+        # next increment: the port lags its event by 1..7 cycles and no increment is lost.
+        # Word 7 holds 0xFFFFFFFF from the configuration and is never written: for 8 cycles
+        # after a reset the words are cleared as word[7] + 1 (as rtl/eth_mac_rx.py does).
+        ns = len(shared)
+        m.submodules.counters = cmem = memory.Memory(shape=32, depth=8,
+                                                     init=[0] * 7 + [0xFFFFFFFF])
+        cm_w = cmem.write_port()
+        cm_r = cmem.read_port(domain="comb")
+        cnt_p = Signal(ns)                 # pending increments
+        clearing = Signal(init=1)
+        clr = Signal(3)
+        pick = Signal(ns)                  # the lowest pending counter, one-hot and index
+        pick_i = Signal(3)
+        for k in reversed(range(ns)):
+            with m.If(cnt_p[k]):
+                m.d.comb += [pick.eq(1 << k), pick_i.eq(k)]
+        m.d.comb += [cm_r.addr.eq(Mux(clearing, 7, pick_i)),
+                     cm_w.addr.eq(Mux(clearing, clr, pick_i)),
+                     cm_w.data.eq(cm_r.data + 1),
+                     cm_w.en.eq(clearing | cnt_p.any())]
+        with m.If(clearing):
+            m.d.sync += [clr.eq(clr + 1), clearing.eq(clr != 6),
+                         cnt_p.eq(cnt_p | cnt_ev)]
+        with m.Else():
+            m.d.sync += cnt_p.eq((cnt_p & ~pick) | cnt_ev)
+            for k, name in enumerate(shared):
+                with m.If(pick[k]):
+                    m.d.sync += getattr(self, name).eq(cm_w.data)
 
         # ---- configuration write (registered; wins over everything above) --------------
         # cycle 1: the write is registered (with base + count); cycle 2: the QP's state is

@@ -18,13 +18,12 @@ Sources: IBTA RoCEv2 annex A17, RFC 8754, RFC 9800, the MRC paper.
 
 from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .ack_gen import AckGen, ProbeFrameReq
 from .axi import Axi4WriteSignature
 from .axis import AxiStreamSignature
-from .layouts import (AckRequest, Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
+from .layouts import (Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
                       RxQpContext, SprayReq)
 from .placement import Placement
 from .plane_mux import PlaneMux
@@ -154,28 +153,28 @@ class RxPipeline(wiring.Component):
         wiring.connect(m, plc.cpl, wiring.flipped(self.cpl))
         wiring.connect(m, wiring.flipped(self.m_axi), plc.m_axi)
 
-        # Each ACK request asks the spray scheduler for its reverse path and
-        # waits in a small FIFO for it (a stream fork); the ACK generator then
-        # takes request and path together.  Two entries (registers: a deeper
-        # FIFO maps to distributed RAM, ~340 LUTs) cover the scheduler's latency
-        # many times over at the ACK generator's rate (tens of cycles per ACK).
-        m.submodules.ack_fifo = ack_fifo = SyncFIFOBuffered(
-            width=AckRequest.as_shape().size, depth=2)
+        # Each ACK request asks the spray scheduler for its reverse path (once: ``ack_asked``)
+        # and waits in the tracker's ACK output register for it; the ACK generator then
+        # takes request and path together (it copies the request into its own registers,
+        # so no request FIFO is needed: the tracker can build the next ACK meanwhile, and
+        # the generator's frame time, tens of cycles per ACK, hides the scheduler's latency).
         profiles = Array(Signal(QpContext, name=f"ack_profile{i}") for i in range(self._qps))
         with m.If(self.ackq_w_en & (self.ackq_w_addr < self._qps)):
             m.d.sync += profiles[self.ackq_w_addr].eq(self.ackq_w_data)
         prof = profiles[trk.ack.payload.qp]
+        ack_asked = Signal()            # the ACK in trk.ack has made its spray request
+        with m.If(trk.ack.valid & trk.ack.ready):
+            m.d.sync += ack_asked.eq(0)
+        with m.Elif(self.spray_req.valid & self.spray_req.ready):
+            m.d.sync += ack_asked.eq(1)
         m.d.comb += [
-            ack_fifo.w_data.eq(trk.ack.payload),
             self.spray_req.payload.qp.eq(trk.ack.payload.qp),
             self.spray_req.payload.base.eq(prof.profile_base),
             self.spray_req.payload.count.eq(prof.profile_count),
-            ack_fifo.w_en.eq(trk.ack.valid & self.spray_req.ready),
-            self.spray_req.valid.eq(trk.ack.valid & ack_fifo.w_rdy),
-            trk.ack.ready.eq(ack_fifo.w_rdy & self.spray_req.ready),
-            agen.req.payload.eq(ack_fifo.r_data),
-            agen.req.valid.eq(ack_fifo.r_rdy),
-            ack_fifo.r_en.eq(agen.req.ready),
+            self.spray_req.valid.eq(trk.ack.valid & ~ack_asked),
+            agen.req.payload.eq(trk.ack.payload),
+            agen.req.valid.eq(trk.ack.valid & ack_asked),
+            trk.ack.ready.eq(agen.req.ready & ack_asked),
         ]
         wiring.connect(m, wiring.flipped(self.spray_decision), agen.path)
         wiring.connect(m, wiring.flipped(self.probe), agen.probe)

@@ -1038,21 +1038,28 @@ class RxParser(wiring.Component):
                 m.d.comb += [ev_en.eq(1), ev_idx.eq(
                     Cat(mv.reason, mv.port) if shared else mv.reason)]
                 m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE), hsel.eq(0)]
+        # Kind-specific fields are zeroed at the meta step (below) and loaded only for their
+        # kind: the zeroing is the flip-flops' synchronous reset (one net), no per-bit mux.
         with m.Elif(hsel[2]):        # x16..23
-            m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3)),
-                         o_va[32:64].eq(Mux(r_data, rbe(4, 5, 6, 7), 0)),
-                         a_syn.eq(Mux(r_ack, rlane(4), 0)),
-                         a_msn.eq(Mux(r_ack, rbe(5, 6, 7), 0))]
+            m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3))]
+            with m.If(r_data):
+                m.d.sync += o_va[32:64].eq(rbe(4, 5, 6, 7))
+            with m.If(r_ack):
+                m.d.sync += [a_syn.eq(rlane(4)), a_msn.eq(rbe(5, 6, 7))]
         with m.Elif(hsel[3]):        # x24..31 (rkey kept in ack.flags/base_psn)
-            m.d.sync += [o_va[0:32].eq(Mux(r_data, rbe(0, 1, 2, 3), 0)),
-                         a_ev.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0)),
-                         o_pid.eq(Mux(r_probe, rbe(2, 3), 0)),
-                         o_ts.eq(Mux(r_probe, rbe(4, 5, 6, 7), 0)),
-                         a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
+            m.d.sync += [a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
+            with m.If(r_data):
+                m.d.sync += o_va[0:32].eq(rbe(0, 1, 2, 3))
+            with m.If(r_ack):
+                m.d.sync += a_ev.eq(rbe(0, 1, 2, 3))
+            with m.If(r_probe):
+                m.d.sync += [o_pid.eq(rbe(2, 3)), o_ts.eq(rbe(4, 5, 6, 7))]
         with m.Elif(hsel[4]):        # x32..39 (dmalen kept in ack.bitmap)
-            m.d.sync += [o_len.eq(Mux(r_data, rbe(0, 1, 2, 3)[0:13], 0)),
-                         o_imm.eq(Mux(r_imm, rbe(4, 5, 6, 7), 0)),
-                         a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))]
+            m.d.sync += a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))
+            with m.If(r_data):
+                m.d.sync += o_len.eq(rbe(0, 1, 2, 3)[0:13])
+            with m.If(r_imm):
+                m.d.sync += o_imm.eq(rbe(4, 5, 6, 7))
         with m.Elif(hsel[5]):        # x0..7: UDP source port
             sport = rbe(0, 1)
             with m.If(r_udp):
@@ -1064,7 +1071,8 @@ class RxParser(wiring.Component):
             with m.If(~r_udp):
                 m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
         with m.Elif(hsel[7]):        # x40..47
-            m.d.sync += a_ts.eq(Mux(r_ack, rbe(0, 1, 2, 3), 0))
+            with m.If(r_ack):
+                m.d.sync += a_ts.eq(rbe(0, 1, 2, 3))
         with m.Elif(hsel[decide]):
             m.d.sync += hsel.eq(0)
             rkey_bad = r_data & ~found
@@ -1075,12 +1083,18 @@ class RxParser(wiring.Component):
                 Cat(late, o_port) if shared else late))]
             with m.If(accept):
                 m.d.sync += o_valid.eq(1)
-                with m.If(~r_ack):
-                    m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
             with m.If(accept & r_copy):
                 m.d.sync += [st.eq(PAY), pay_addr.eq(pay_first),
                              pay_left.eq(pay_words)]
             with m.Else():
                 m.d.sync += [st.eq(IDLE),
                              rd_ptr.eq(rec_next)]
+        # (statements last, so that each is the flip-flops' synchronous reset, over their
+        # enables: the kind-specific fields at the meta step, the rkey / dmalen kept in the
+        # ACK fields when a frame that is not an ACK is accepted)
+        with m.If(hsel[1]):
+            m.d.sync += [o_va.eq(0), a_syn.eq(0), a_msn.eq(0), a_ev.eq(0), o_pid.eq(0),
+                         o_ts.eq(0), o_len.eq(0), o_imm.eq(0), a_ts.eq(0)]
+        with m.If(hsel[decide] & ~r_ack):
+            m.d.sync += [a_flags.eq(0), a_bpsn.eq(0), a_bitmap.eq(0)]
         return m

@@ -287,13 +287,21 @@ class SackTracker(wiring.Component):
             m.d.sync += nxt_valid.eq(~take_ok)
         with m.Else():
             m.d.sync += nxt_valid.eq(self.pkt.valid & ~slow)
+        # Registers CLASS needs, computed from the packet as it enters nxt (CLASS reads the
+        # packet from nxt: nxt still holds it in the cycle after it was taken).
+        nxt_hm1 = Signal(24 - wbits, reset_less=True)   # PSN bits [wbits, 24) of nxt, minus 1
+        nxt_oh = Signal(_W, reset_less=True)    # nxt's bit in its bitmap word (one-hot)
         with m.If(self.pkt.ready):
-            m.d.sync += nxt.eq(self.pkt.payload)
+            m.d.sync += [nxt.eq(self.pkt.payload),
+                         nxt_hm1.eq(self.pkt.payload.psn[wbits:] - 1),
+                         nxt_oh.eq(one_hot(self.pkt.payload.psn))]
 
         # ---- packet / ACK context registers -------------------------------
+        # cur: the packet after CLASS (CHECK .. the next take).  It is copied from nxt at
+        # the end of CLASS, so its load enable is one flip-flop (``in_class``), not the
+        # FSM's take decision; CLASS itself reads nxt (unchanged until CLASS ends).
         cur = Signal(RxPacket, reset_less=True)
-        cur_hm1 = Signal(24 - wbits, reset_less=True)   # PSN bits [wbits, 24) of cur, minus 1
-        oh_cur = Signal(_W, reset_less=True)    # cur's bit in its bitmap word (one-hot)
+        in_class = Signal()             # the FSM is in CLASS (= take one cycle ago)
         ack_need = Signal()
         ack_probe = Signal()            # the ACK being built is a probe reply
         ack_nack = Signal()             # ... a trim NACK
@@ -305,9 +313,11 @@ class SackTracker(wiring.Component):
         ack_lo = Signal(wbits)          # ... PSN (low bits) of the word read next: e + 16 j
         prev = Signal(_W, reset_less=True)
 
+        m.d.sync += in_class.eq(take)
         with m.If(take):
-            m.d.sync += [cur.eq(nxt), q.eq(nxt.qp), ack_timer.eq(0),
-                         cur_hm1.eq(nxt.psn[wbits:] - 1), oh_cur.eq(one_hot(nxt.psn))]
+            m.d.sync += [q.eq(nxt.qp), ack_timer.eq(0)]
+        with m.If(in_class):
+            m.d.sync += cur.eq(nxt)
 
         # One QP's arithmetic, shared by every state: e = ePSN of QP q, e1 = e + 1 (register:
         # loaded in CLASS, stepped with every slide).
@@ -402,12 +412,20 @@ class SackTracker(wiring.Component):
             with m.If(~clr_any & ~timeout.any()):
                 take_packet()
 
-        def start_ack(lo):
-            # Build an ACK next; read its first bitmap word now when the output is free.
-            m.next = "ACK"
-            m.d.comb += rd_lo.eq(lo)
+        def ack_regs(lo):
+            # the ACK build's counters (the first bitmap word is read at once when the
+            # output is free)
             m.d.sync += [j.eq(~self.ack.valid), j_last.eq(0),
                          ack_lo.eq(lo[:wbits] + Mux(self.ack.valid, 0, _W))]
+
+        def start_ack(lo, load=True):
+            # Build an ACK next; read its first bitmap word now when the output is free.
+            # (CHECK loads the counters in every cycle, ack_regs, so that their enable is
+            # not its decision: they are used in ACK only.)
+            m.next = "ACK"
+            m.d.comb += rd_lo.eq(lo)
+            if load:
+                ack_regs(lo)
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -423,24 +441,27 @@ class SackTracker(wiring.Component):
                     take_packet()
 
             with m.State("CLASS"):
-                # word = bitmap word of cur.psn (read when the packet was taken).
-                m.d.comb += rd_lo.eq(cur.psn)
-                lo_p, lo_e = cur.psn[:wbits], e[:wbits]
+                # word = bitmap word of the packet taken (read when it was taken); the packet
+                # is still in nxt (its ready was low), copied into cur as CLASS ends.
+                m.d.comb += rd_lo.eq(nxt.psn)
+                lo_p, lo_e = nxt.psn[:wbits], e[:wbits]
                 m.d.sync += [
-                    # off = cur.psn - e < window: the high PSN bits equal e's, or e's + 1
+                    # off = nxt.psn - e < window: the high PSN bits equal e's, or e's + 1
                     # when the low bits borrow.
-                    in_win.eq(Mux(lo_p < lo_e, cur_hm1 == e[wbits:], cur.psn[wbits:] == e[wbits:])),
-                    behind.eq((cur.psn - e)[23]),
-                    at_e.eq((cur.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)),
-                    bit_cur.eq((word & oh_cur).any()),
-                    next_set.eq((word[1:] & oh_cur[:_W - 1]).any()),
+                    in_win.eq(Mux(lo_p < lo_e, nxt_hm1 == e[wbits:],
+                                  nxt.psn[wbits:] == e[wbits:])),
+                    behind.eq((nxt.psn - e)[23]),
+                    at_e.eq((nxt.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)),
+                    bit_cur.eq((word & nxt_oh).any()),
+                    next_set.eq((word[1:] & nxt_oh[:_W - 1]).any()),
                     cnt_hit.eq(every_0 | (sel(unacked) >= every_m1)),
-                    last_wrap.eq(cur.last | cur.psn[:_WLOG].all()),
-                    hit_ce.eq(every_0 | (sel(unacked) >= every_m1) | cur.ecn_ce),
+                    last_wrap.eq(nxt.last | nxt.psn[:_WLOG].all()),
+                    hit_ce.eq(every_0 | (sel(unacked) >= every_m1) | nxt.ecn_ce),
                     qp_ok.eq((q < qps) & sel(qvalid)),
                     # the slide registers as if the packet were new at e
-                    cw.eq(word | oh_cur), cl.eq(Mux(cur.last, last_w | oh_cur, last_w & ~oh_cur)),
-                    pos.eq(oh_cur), b0.eq(1), l0.eq(cur.last),
+                    cw.eq(word | nxt_oh),
+                    cl.eq(Mux(nxt.last, last_w | nxt_oh, last_w & ~nxt_oh)),
+                    pos.eq(nxt_oh), b0.eq(1), l0.eq(nxt.last),
                 ]
                 m.d.comb += e_load.eq(1)
                 m.next = "CHECK"
@@ -448,6 +469,10 @@ class SackTracker(wiring.Component):
             with m.State("CHECK"):
                 m.d.comb += rd_lo.eq(cur.psn)                     # hold while stalled
                 m.d.sync += [ack_probe.eq(0), ack_nack.eq(0)]
+                # the ACK's first word: e, or e + 1 after a new in-order data packet
+                ack_e1 = (cur.kind == RxKind.DATA) & ~cur.trimmed & is_new & at_e
+                ack_first = Mux(ack_e1, e1, e)
+                ack_regs(ack_first)
                 with m.If(cur.kind == RxKind.DATA):
                     with m.If(cur.trimmed):
                         with m.If(~qp_ok):
@@ -455,7 +480,7 @@ class SackTracker(wiring.Component):
                             finish()
                         with m.Else():
                             m.d.sync += [ack_nack.eq(1), ack_flags.eq(wire.SACK_TRIM_NACK)]
-                            start_ack(e)
+                            start_ack(e, load=False)
                     with m.Elif(place_free):
                         m.d.comb += [place_we.eq(1), seen_we.eq(is_new | is_dup)]
                         trig = Signal()
@@ -488,12 +513,12 @@ class SackTracker(wiring.Component):
                         with m.Elif(is_new & at_e & next_set):
                             m.next = "ADVANCE"
                         with m.Elif(trig | ce):
-                            start_ack(Mux(is_new & at_e, e1, e))
+                            start_ack(ack_first, load=False)
                         with m.Else():
                             finish()
                 with m.Elif((cur.kind == RxKind.PROBE) & qp_ok):
                     m.d.sync += [ack_probe.eq(1), ack_flags.eq(wire.SACK_PROBE_REPLY)]
-                    start_ack(e)
+                    start_ack(e, load=False)
                 with m.Else():
                     finish()
 
@@ -591,8 +616,11 @@ class SackTracker(wiring.Component):
                 ack_pl.msn.eq(msn_q),
                 ack_pl.flags.eq(ack_flags),
                 ack_pl.base_psn.eq(Mux(ack_nack, cur.psn, e)),
-                ack_pl.ts.eq(Mux(ack_probe, cur.ts, 0)),
+                ack_pl.ts.eq(cur.ts),
             ]
+        # (after the loads: zeroing is the flip-flops' synchronous reset, no per-bit mux)
+        with m.If(ack_we & ~ack_probe):
+            m.d.sync += ack_pl.ts.eq(0)
 
         def count(counter, en):
             with m.If(en):

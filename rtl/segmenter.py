@@ -54,11 +54,8 @@ class _ReadJob(data.Struct):
 
 
 class _PendingPacket(data.Struct):
-    """A TxPacket without its spray decision, waiting for it."""
+    """A TxPacket without its spray decision and QP-context fields, waiting for them."""
     qp: 3
-    dest_qpn: 24
-    mode: 2
-    peer_usid: 16
     psn: 24
     imm_op: 1       # opcode OP_WRITE_ONLY_IMM (else OP_WRITE_ONLY)
     last: 1
@@ -139,9 +136,10 @@ class Segmenter(wiring.Component):
     qp_w_en, qp_w_addr, qp_w_data : In(1), In(3), In(QpContext)
         QP context table write port.  A write (re)sets the QP's next PSN to
         ``start_psn``, empties its message table and marks the context valid;
-        writes to ``addr >= qps`` are ignored.  Packets take the context
-        fields (DestQP, mode, peer uSID, EV profile) current one cycle before
-        they are cut; a context write delays the commit of a waiting request
+        writes to ``addr >= qps`` are ignored.  Packets take the EV profile
+        current one cycle before they are cut, and DestQP, mode and peer uSID
+        current while they wait on ``pkt`` (read from the context table then,
+        not queued with the descriptor); a context write delays the commit of a waiting request
         by a cycle (it then starts at the new next PSN), except in the commit
         cycle itself, where the request uses the old next PSN and the write
         sets the new one.  Write a context only while its QP has no traffic
@@ -168,7 +166,8 @@ class Segmenter(wiring.Component):
         packet), ``imm``, ``path`` = the decision.  ``valid`` also requires
         ``sent.ready`` (the two transfer together).  ``valid`` is one LUT level
         from flip-flops and ``sent.ready``, ``payload`` comes from flip-flops
-        (``opcode`` one LUT level); ``ready`` drives no FIFO logic (the
+        (``opcode`` one LUT level; ``dest_qpn``, ``mode``, ``peer_usid`` through
+        the context table's read mux by ``qp`` when ``qps`` > 1); ``ready`` drives no FIFO logic (the
         descriptor FIFO is popped the cycle after the transfer).  At most one
         descriptor per 2 cycles (packets are >= 32 payload beats).
     payload : Out(AxiStreamSignature(64))
@@ -242,7 +241,9 @@ class Segmenter(wiring.Component):
     -----
     Latency and throughput, in cycles of ``clk`` (measured by the testbench):
 
-    * WR handshake -> first ``spray_req`` valid: 13 (4 cycles of checks and the
+    * WR handshake -> first ``spray_req`` valid: 13 + (pmtu_log2 - 8) (4 cycles of
+      checks, plus one per bit the length is shifted right beyond 8 for the packet
+      count, and the
       QP's next PSN in the holding register, commit, the message's table entry
       written: 5 block-RAM words, one per cycle, then the cutter starts; the
       request passes the spray request FIFO).  Then one packet per cycle while
@@ -269,7 +270,8 @@ class Segmenter(wiring.Component):
       retransmission is settled) -> table lookup 4 cycles per slot searched (read,
       subtract, compare, decide; <= ``msgs`` slots) + 1 -> the message's
       block-RAM words fetched (7 cycles: the RAM output is registered) ->
-      packet rebuilt over 3 cycles -> queued (read job issued) -> one spray
+      packet rebuilt over 4 + (log2 - 8) cycles (the offset shifted one bit per
+      cycle beyond 8) -> queued (read job issued) -> one spray
       request per try, each waiting for the decisions of packets queued
       before it.  No new packet is cut from the ``retx`` handshake until the
       decision is settled; the retransmitted packet leaves after the packets
@@ -337,6 +339,7 @@ class Segmenter(wiring.Component):
         m.submodules.ctx = ctx = memory.Memory(shape=QpContext, depth=qps, init=[])
         ctx_w = ctx.write_port()
         ctx_r = ctx.read_port(domain="comb")     # the QP of the packet being cut / rebuilt
+        ctx_o = ctx.read_port(domain="comb")     # the QP of the descriptor on ``pkt``
         ctx_valid = Signal(qps)
         next_psn = Array(Signal(24, name=f"next_psn{i}") for i in range(qps))
         for i in range(qps):
@@ -403,9 +406,9 @@ class Segmenter(wiring.Component):
         w_log2 = Signal(4)
         w_qp_ok = Signal()
         w_len_m1 = Signal(32)
-        w_end = Signal(33)
         w_bad = Signal()
         w_shift = Signal(24)
+        w_sh = Signal(3)        # right shifts of w_shift still to do (pmtu_log2 - 8)
         w_npkts = Signal(24)    # packets of the message, modulo 2**24
         w_last_len = Signal(13)  # bytes in the last packet
         w_last_m1 = Signal(12)   # ... minus 1 (step 1)
@@ -447,36 +450,42 @@ class Segmenter(wiring.Component):
             with m.Case(0):
                 m.d.sync += [
                     w_len_m1.eq(w_len - 1),
-                    w_end.eq(w_addr + w_len),
                     w_bad.eq((w_len == 0) | (w_len[31] & (w_len[:31] != 0))
                              | (w_addr[:3] != 0) | ~w_qp_ok),
                     w_step.eq(1),
                 ]
             with m.Case(1):
                 m.d.sync += [
-                    w_bad.eq(w_bad | (w_end[32] & (w_end[:32] != 0))),
-                    w_shift.eq(w_len_m1 >> w_log2),
+                    # local_addr + length > 2**32 <=> local_addr + (length - 1) carries out
+                    # (length 0 is refused already): the adder's carry only, no compare
+                    w_bad.eq(w_bad | (Cat(w_addr, Const(0, 1)) + w_len_m1)[32]),
+                    # (len - 1) >> log2, log2 = 8..12: >> 8 here, then one bit per cycle
+                    w_shift.eq(w_len_m1[8:]),
+                    w_sh.eq(w_log2[:3]),
                     w_last_m1.eq(w_len_m1[:12] & ~(Const(-1, 12) << w_log2)),
                     w_pmtu.eq(Const(1, 13) << w_log2),
                     w_step.eq(2),
                 ]
             with m.Case(2):
-                with m.If(w_bad):
-                    m.d.sync += [self.wr_refused.eq(self.wr_refused + 1), self.wr_error.eq(1),
-                                 w_full.eq(0)]
-                m.d.sync += [
-                    w_npkts.eq(w_shift + 1),
-                    w_one.eq(w_shift == 0),
-                    w_last_len.eq(w_last_m1 + 1),
-                    w_last_beats.eq((w_last_m1 >> 3) + 1),
-                    w_last_fr.last_beat.eq(w_last_m1 >> 3),
-                    # bytes on the last beat: w_last_m1[:3] + 1
-                    w_last_fr.keep.eq(((Const(2, 10) << w_last_m1[:3]) - 1)[:8]),
-                    w_pmtu_beats.eq(w_pmtu[3:]),
-                    w_pmtu_fr.last_beat.eq(w_pmtu[3:] - 1),
-                    w_pmtu_fr.keep.eq(0xFF),
-                    w_step.eq(3),
-                ]
+                with m.If(w_sh != 0):
+                    m.d.sync += [w_shift.eq(w_shift >> 1), w_sh.eq(w_sh - 1)]
+                with m.Else():
+                    with m.If(w_bad):
+                        m.d.sync += [self.wr_refused.eq(self.wr_refused + 1), self.wr_error.eq(1),
+                                     w_full.eq(0)]
+                    m.d.sync += [
+                        w_npkts.eq(w_shift + 1),
+                        w_one.eq(w_shift == 0),
+                        w_last_len.eq(w_last_m1 + 1),
+                        w_last_beats.eq((w_last_m1 >> 3) + 1),
+                        w_last_fr.last_beat.eq(w_last_m1 >> 3),
+                        # bytes on the last beat: w_last_m1[:3] + 1
+                        w_last_fr.keep.eq(((Const(2, 10) << w_last_m1[:3]) - 1)[:8]),
+                        w_pmtu_beats.eq(w_pmtu[3:]),
+                        w_pmtu_fr.last_beat.eq(w_pmtu[3:] - 1),
+                        w_pmtu_fr.keep.eq(0xFF),
+                        w_step.eq(3),
+                    ]
             with m.Case(3):
                 m.d.sync += [w_first.eq(next_psn[w_qp]), w_sum.eq(next_psn[w_qp] + w_npkts),
                              w_beats0.eq(Mux(w_one, w_last_beats, w_pmtu_beats)),
@@ -610,6 +619,7 @@ class Segmenter(wiring.Component):
 
         # packet rebuilt from the table entry, over 3 cycles (registered)
         x_byte = Signal(32)
+        x_sh = Signal(3)        # left shifts of x_byte still to do (log2 - 8)
         x_cntm1 = Signal(24)
         x_pmtu = Signal(13)
         x_last = Signal()
@@ -623,9 +633,6 @@ class Segmenter(wiring.Component):
         x_job = Signal(_ReadJob)
         m.d.comb += [
             x_pp.qp.eq(rx_q),
-            x_pp.dest_qpn.eq(c_ctx.dest_qpn),
-            x_pp.mode.eq(c_ctx.mode),
-            x_pp.peer_usid.eq(c_ctx.peer_usid),
             x_pp.psn.eq(rx_psn),
             x_pp.imm_op.eq(rx_msg.is_imm & x_last),
             x_pp.last.eq(x_last),
@@ -727,14 +734,22 @@ class Segmenter(wiring.Component):
                 with m.If(rx_w == _BULK_WORDS + 1):
                     m.next = "PREP1"
             with m.State("PREP1"):
-                m.d.sync += [x_byte.eq(rx_off << rx_msg.log2), x_cntm1.eq(rx_count - 1),
+                # offset << log2, log2 = 8..12: << 8 here, then one bit per cycle (SHIFT)
+                m.d.sync += [x_byte.eq(Cat(Const(0, 8), rx_off)), x_sh.eq(rx_msg.log2[:3]),
+                             x_cntm1.eq(rx_count - 1),
                              x_pmtu.eq(Const(1, 13) << rx_msg.log2)]
-                m.next = "PREP2"
+                m.next = "SHIFT"
+            with m.State("SHIFT"):
+                with m.If(x_sh != 0):
+                    m.d.sync += [x_byte.eq(x_byte << 1), x_sh.eq(x_sh - 1)]
+                with m.Else():
+                    m.next = "PREP2"
             with m.State("PREP2"):
                 m.d.sync += [
                     x_last.eq(rx_off == x_cntm1),
-                    x_va_lo.eq(rx_msg.remote_va[:32] + x_byte),
-                    x_addr.eq(Cat(Const(0, 3), rx_msg.local_addr) + x_byte),
+                    x_va_lo.eq(Cat(rx_msg.remote_va[:8], rx_msg.remote_va[8:32] + x_byte[8:])),
+                    x_addr.eq(Cat(Const(0, 3), rx_msg.local_addr[:5],
+                                  rx_msg.local_addr[5:] + x_byte[8:])),
                 ]
                 m.next = "PREP3"
             with m.State("PREP3"):
@@ -885,9 +900,6 @@ class Segmenter(wiring.Component):
         pp = Signal(_PendingPacket)
         m.d.comb += [
             pp.qp.eq(g_qp),
-            pp.dest_qpn.eq(c_ctx.dest_qpn),
-            pp.mode.eq(c_ctx.mode),
-            pp.peer_usid.eq(c_ctx.peer_usid),
             pp.psn.eq(g_psn),
             pp.imm_op.eq(g_is_imm & g_last),
             pp.last.eq(g_last),
@@ -922,8 +934,8 @@ class Segmenter(wiring.Component):
                 g_psn.eq(g_psn + 1),
                 g_va_lo.eq(va_next[:32]),
                 g_va_fix.eq(va_next[32]),
-                va_next.eq(va_next[:32] + g_pmtu),
-                g_addr.eq(g_addr + g_pmtu),
+                va_next.eq(Cat(va_next[:8], va_next[8:32] + g_pmtu[8:])),
+                g_addr.eq(Cat(g_addr[:8], g_addr[8:] + g_pmtu[8:])),
                 g_left.eq(g_left - 1),
                 g_last.eq(g_left == 2),
                 g_beats.eq(Mux(g_left == 2, g_last_beats, g_pmtu_beats)),
@@ -942,7 +954,7 @@ class Segmenter(wiring.Component):
                 g_slot.eq(tail),
                 g_psn.eq(w_first),
                 g_va_lo.eq(w_va[:32]), g_va_hi.eq(w_va[32:]), g_va_fix.eq(0),
-                va_next.eq(w_va[:32] + w_pmtu),
+                va_next.eq(Cat(w_va[:8], w_va[8:32] + w_pmtu[8:])),
                 g_addr.eq(w_addr),
                 g_left.eq(w_npkts),
                 g_last.eq(w_one),
@@ -976,9 +988,10 @@ class Segmenter(wiring.Component):
             pend.r_en.eq(xfer_r),
             dec_used.eq(xfer),
             out.qp.eq(pend_pkt.qp),
-            out.dest_qpn.eq(pend_pkt.dest_qpn),
-            out.mode.eq(pend_pkt.mode),
-            out.peer_usid.eq(pend_pkt.peer_usid),
+            ctx_o.addr.eq(pend_pkt.qp),
+            out.dest_qpn.eq(ctx_o.data.dest_qpn),
+            out.mode.eq(ctx_o.data.mode),
+            out.peer_usid.eq(ctx_o.data.peer_usid),
             out.psn.eq(pend_pkt.psn),
             out.opcode.eq(Mux(pend_pkt.imm_op, wire.OP_WRITE_ONLY_IMM, wire.OP_WRITE_ONLY)),
             out.last.eq(pend_pkt.last),
