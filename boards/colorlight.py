@@ -113,9 +113,9 @@ class ColorlightNicTop(NicBoardTop):
     def __init__(self, *, paths: int = 16, qps: int = 1, **options):
         """As :class:`NicBoardTop`, sized for the LFE5U-25F by default: one QP with up to 16 EVs.
 
-        With the Versa's ``qps=2, paths=32`` the NIC needs ~24 700 LUT4 (101 % of the 25F);
-        ``paths=16`` or ``qps=1`` alone leaves it at 97 %, where nextpnr's placer no longer
-        converges in reasonable time; both give ~93 % (see ``docs/boards.md``).
+        With the Versa's ``qps=2, paths=32`` the NIC packs to ~24 700 LUT4 (101 % of the 25F);
+        ``paths=16`` or ``qps=1`` alone to 97 %, both to 93 % (91 % after later cuts): still
+        above the ~85 % at which nextpnr's placer converges (see ``docs/boards.md``).
         """
         super().__init__(paths=paths, qps=qps, **options)
 

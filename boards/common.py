@@ -659,8 +659,10 @@ class NicBoardTop(wiring.Component):
         for p, mac in enumerate(macs):
             for j, name in enumerate(names):
                 m.d.comb += regs.counters[7 * p + j].eq(getattr(mac, name))
+        # data_frames / ack_frames are sums over the planes: registered here, so their adders
+        # stay out of BoardRegs' read multiplexer cycle (they read as of the previous cycle)
+        m.d.sync += [regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames)]
         m.d.comb += [
-            regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames),
             regs.nic_stats[2].eq(nic.acks_received), regs.nic_stats[3].eq(nic.placed_bytes),
             regs.nic_stats[4].eq(nic.no_path),
             regs.status.eq(Cat(locked, *rx_present)),
