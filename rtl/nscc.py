@@ -159,6 +159,8 @@ class _ShiftMul:
     """
 
     def __init__(self, m, name, f_width):
+        self.name = name
+        self._jobs = []
         self.acc = Signal(32, name=f"{name}_acc")
         self.mul = Signal(32, name=f"{name}_m")
         self.f = Signal(f_width, name=f"{name}_f")
@@ -166,21 +168,38 @@ class _ShiftMul:
         self.sat = Signal(name=f"{name}_sat")
         self.big = Signal(name=f"{name}_big")      # the true m is 2**32 or more
         self.busy = Signal(name=f"{name}_busy")
+        self.knz = Signal(name=f"{name}_knz")      # k != 0, registered (a flag, not a compare)
         s = Signal(33, name=f"{name}_sum")
         m.d.comb += s.eq(self.acc + self.mul)
         with m.If(self.busy):
-            with m.If(self.k != 0):
-                m.d.sync += [self.acc.eq(Mux(self.f[0], s[1:], self.acc[1:])), self.k.eq(self.k - 1)]
+            with m.If(self.knz):
+                m.d.sync += [self.acc.eq(Mux(self.f[0], s[1:], self.acc[1:])), self.k.eq(self.k - 1),
+                             self.knz.eq(self.k[1:] != 0)]
             with m.Else():
                 with m.If(self.f[0]):
                     m.d.sync += [self.acc.eq(s[:32]), self.sat.eq(self.sat | self.big | s[32])]
                 m.d.sync += [self.mul.eq(self.mul << 1), self.big.eq(self.big | self.mul[31])]
             m.d.sync += [self.f.eq(self.f[1:]), self.busy.eq((self.k[1:] != 0) | (self.f[1:] != 0))]
 
-    def start(self, m, acc0, mul, f, k):
-        """Statements (sync, in the caller's condition) loading a job; it runs from the next cycle."""
-        m.d.sync += [self.acc.eq(acc0), self.mul.eq(mul), self.f.eq(f), self.k.eq(k),
-                     self.sat.eq(0), self.big.eq(0), self.busy.eq(1)]
+    def start(self, cond, acc0, mul, f, k):
+        """Record a job loaded when ``cond`` is true (conditions mutually exclusive); it runs
+        from the next cycle.  :meth:`build` makes the loads."""
+        self._jobs.append((cond, acc0, mul, f, k, k != 0))
+
+    def build(self, m):
+        """The recorded loads, as an AND-OR of the cases (no priority chain)."""
+        sel = [Signal(name=f"{self.name}_go{i}") for i in range(len(self._jobs))]
+        m.d.comb += [s.eq(job[0]) for s, job in zip(sel, self._jobs)]
+
+        def pick(j):
+            v = 0
+            for s, job in zip(sel, self._jobs):
+                v = v | Mux(s, job[j], 0)
+            return v
+        with m.If(Cat(sel).any()):
+            m.d.sync += [self.acc.eq(pick(1)), self.mul.eq(pick(2)), self.f.eq(pick(3)),
+                         self.k.eq(pick(4)), self.knz.eq(pick(5)),
+                         self.sat.eq(0), self.big.eq(0), self.busy.eq(1)]
 
 
 class Nscc(wiring.Component):
@@ -319,12 +338,19 @@ class Nscc(wiring.Component):
         rh1 = Signal()               # rtt[24:] == 1
         cw_nz = Signal(4)            # floor(log2(cw)) in two steps: the nonzero bytes of cw,
         cw_lg = [Signal(3, name=f"cw_lg{j}") for j in range(4)]   # floor(log2()) of each
-        lg_cw = Signal(5)
+        lg_cw_c = Signal(5)
+        lg_cw = Signal(5)            # ... combined, registered in DELAY (used from WAIT_PI on)
         md_c = Signal(9)             # 256 - md
         for j in range(4):
             with m.If(cw_nz[j]):
-                m.d.comb += lg_cw.eq(Cat(cw_lg[j], Const(j, 2)))
+                m.d.comb += lg_cw_c.eq(Cat(cw_lg[j], Const(j, 2)))
         lt1 = Signal(5)              # floor(log2(target)) (+ 1 from the DELAY step on)
+        t_nz = Signal(3)             # the nonzero bytes of target (LOAD)
+        t_lg = [Signal(3, name=f"t_lg{j}") for j in range(3)]    # floor(log2()) of each
+        lg_t = Signal(5)
+        for j in range(3):
+            with m.If(t_nz[j]):
+                m.d.comb += lg_t.eq(Cat(t_lg[j], Const(j, 2)))
         ge1 = Signal()               # since[:25] >= base
         ge2 = Signal()               # since[:25] >= 2 * base
         hi = Signal()                # since >= 2**25
@@ -361,23 +387,36 @@ class Nscc(wiring.Component):
                           "QA_CMP2", "QA_MIN", "INIT", "CLAMP_CMP1", "CLAMP_MAX", "CLAMP_CMP2",
                           "FINAL", "WRITE"])
         st = fsm.st
-        qa_go = Signal()             # trim: the quick adapt applies
-        m.d.comb += qa_go.eq(c.qa_enable & (roll | ~qad))
+        qa_go = Signal()             # trim: the quick adapt applies (registered in FLAGS, used
+                                     # in STATE: qa_done is written from STATE on; a write to
+                                     # cfg/qa_done of q in FLAGS aborts the update)
+        # rdy = IDLE and no clamp pending, as a register (upd.ready: no decoding in the
+        # producer's handshake): its next value from the next state and the next pend
+        rdy = Signal(init=1)
+        pend_nx = Signal(qps)
+        m.d.comb += [pend_nx.eq(Cat(w_sel) | (pend & ~Mux(wr_go & ~abort, qoh, 0))),
+                     self.upd.ready.eq(rdy)]
+        m.d.sync += rdy.eq((st["WRITE"] | (rdy & ~(self.upd.valid & (self.upd.payload.qp < qps))))
+                           & ~pend_nx.any())
         with fsm.State("IDLE"):
             p = self.upd.payload
-            with m.If(pend.any()):
+            with m.If(~rdy):                 # (in IDLE: a clamp is pending)
                 # a configuration write's clamp of init_cwnd goes first (no update taken)
                 m.d.sync += [q.eq(pick), qoh.eq(pick_oh), init_job.eq(1), abort.eq(0),
                              ecn.eq(0), trim.eq(0)]
                 fsm.goto("LOAD")
             with m.Else():
-                m.d.comb += self.upd.ready.eq(1)
                 m.d.sync += [q.eq(p.qp[:qb]), acked.eq(p.acked), rtt.eq(p.rtt_ns), ecn.eq(p.ecn),
                              trim.eq(p.trim), abort.eq(0), qoh.eq(1 << p.qp[:qb]), init_job.eq(0)]
                 with m.If(self.upd.valid & (p.qp < qps)):
                     fsm.goto("LOAD")
         with fsm.State("LOAD"):
             m.d.sync += md_c.eq((~c.md_q8 & 0xFF) + 1)
+            # floor(log2(target)) in two steps (as for cw): per byte here, combined in EPOCH
+            m.d.sync += [t_nz.eq(Cat(c.target_delay_ns[8 * j:8 * j + 8] != 0 for j in range(3))),
+                         *(t_lg[j].eq(_floor_log2(m, c.target_delay_ns[8 * j:8 * j + 8], 8,
+                                                  f"lg_t{j}"))
+                           for j in range(3))]
             with m.If(init_job):
                 fsm.goto("INIT")
             with m.Else():
@@ -391,12 +430,10 @@ class Nscc(wiring.Component):
                          cw_nz.eq(Cat(cw[8 * j:8 * j + 8] != 0 for j in range(4))),
                          *(cw_lg[j].eq(_floor_log2(m, cw[8 * j:8 * j + 8], 8, f"lg_cw{j}"))
                            for j in range(4)),
-                         lt1.eq(_floor_log2(m, c.target_delay_ns, 24, "lg_t_f"))]
-            with m.If(ecn):              # cwnd - (cwnd * md >> 8)
-                e.start(m, 255, cw, md_c, 8)
-            with m.Else():               # eta * acked
-                e.start(m, 0, acked, c.eta_q8, 0)
+                         lt1.eq(lg_t)]
             fsm.goto("DELAY")
+        e.start(st["EPOCH"] & ecn, 255, cw, md_c, 8)          # cwnd - (cwnd * md >> 8)
+        e.start(st["EPOCH"] & ~ecn, 0, acked, c.eta_q8, 0)    # eta * acked
         with fsm.State("DELAY"):
             # qdelay = max(0, rtt - base): negative / >= 2**24 / its low 24 bits
             neg = rhz & qlo[24]
@@ -406,11 +443,13 @@ class Nscc(wiring.Component):
             m.d.sync += [ge1.eq(~d1[25]), ge2.eq(~d2[25]),
                          hi.eq(since[25:] != 0),
                          qhi.eq(~rhz & ~(rh1 & qlo[24])),
-                         dq.eq(c.target_delay_ns - Mux(neg, 0, qlo[:24])), lt1.eq(lt1 + 1)]
+                         dq.eq(c.target_delay_ns - Mux(neg, 0, qlo[:24])), lt1.eq(lt1 + 1),
+                         lg_cw.eq(lg_cw_c)]
             fsm.goto("FLAGS")
         with fsm.State("FLAGS"):
             m.d.sync += st_go.eq(1)
             m.d.sync += [roll.eq(hi | ge1), two.eq(hi | ge2),
+                         qa_go.eq(c.qa_enable & (hi | ge1 | ~qad)),
                          q_gt.eq(qhi | dq[24]), q_lt.eq(~qhi & ~dq[24] & (dq[:24] != 0))]
             fsm.goto("STATE")
         with fsm.State("STATE"):
@@ -433,12 +472,14 @@ class Nscc(wiring.Component):
             fsm.goto("CLAMP_CMP1")
         # no ECN: nw = cwnd + pi + fi (nw = cwnd from the STATE cycle on)
         with fsm.State("WAIT_P"), m.If(~e.busy):
-            with m.If(q_lt):         # (eta * acked * (target - qdelay)) >> (lg_t + 1)
-                e.start(m, 0, e.acc, dq[:24], lt1)
             fsm.goto("WAIT_PI")
+        # (eta * acked * (target - qdelay)) >> (lg_t + 1)
+        e.start(st["WAIT_P"] & ~e.busy & q_lt, 0, e.acc, dq[:24], lt1)
         with fsm.State("WAIT_PI"), m.If(~e.busy):       # b = pi
-            e.start(m, 0, acked, c.fi_bytes, lg_cw)     # (fi * acked) >> floor(log2(cwnd))
             fsm.goto("ADD_PI")
+        # (fi * acked) >> floor(log2(cwnd))
+        e.start(st["WAIT_PI"] & ~e.busy, 0, acked, c.fi_bytes, lg_cw)
+        e.build(m)
         with fsm.State("ADD_PI"):        # (sum = nw + b)
             fsm.goto("PI_SUM")
         with fsm.State("PI_SUM"):        # nw = sum

@@ -541,6 +541,10 @@ class SenderReliability(wiring.Component):
         sent_head = Signal(SentInfo)
         sent_full = Signal()
         sent_go = Signal()
+        cum_go = Signal()
+        sack_go = Signal()
+        trim_go = Signal()
+        scan_go = Signal()
         hold0 = Signal()
         take = Signal()
         adv = Signal()
@@ -573,10 +577,11 @@ class SenderReliability(wiring.Component):
                                    "sent": SentInfo, "wr": 1, "is_sent": 1, "is_sack": 1,
                                    "is_scan": 1, "job": 1})
         s0 = Signal(stage)                 # the operation selected this cycle (comb)
+        # the op flags straight from the (mutually exclusive) go signals, not decoded from op
         m.d.comb += [s0.addr.eq(slot_addr(s0.qp, s0.psn)), s0.sent.eq(sent_head),
-                     s0.wr.eq(is_writer(s0.op)), s0.is_sent.eq(s0.op == _OP_SENT),
-                     s0.is_sack.eq(s0.op == _OP_SACK), s0.is_scan.eq(s0.op == _OP_SCAN),
-                     s0.job.eq(is_job(s0.op))]
+                     s0.wr.eq(sent_go | sack_go | scan_go), s0.is_sent.eq(sent_go),
+                     s0.is_sack.eq(sack_go), s0.is_scan.eq(scan_go),
+                     s0.job.eq(cum_go | sack_go | trim_go)]
         s0_op, s0_qp, s0_psn = s0.op, s0.qp, s0.psn
         # the selected operation is registered (S0) and its register is the read address
         r0 = Signal(stage)
@@ -613,6 +618,8 @@ class SenderReliability(wiring.Component):
         s3_hit = Signal()
         s3_index = Signal(8)
         s3_ev = Signal(32)
+        s3_evlo = Signal()                # s3_ev[:16] == job.ack.ev[:16]
+        s3_evhi = Signal()                # s3_ev[16:] == job.ack.ev[16:]
         m.d.sync += [s3_op.eq(s2_op), s3_qp.eq(s2_qp), s3_psn.eq(s2_psn), s3_addr.eq(s2_addr),
                      s3_off.eq(s2_off_lo)]
 
@@ -640,6 +647,7 @@ class SenderReliability(wiring.Component):
         sack_psn = Signal(24)              # PSN of sack_rem bit 0
         sack_nz = Signal()
         sack_skip = Signal()               # sack_rem[:8] == 0
+        sack_hnz = Signal()                # sack_rem[8:] != 0 (registered with sack_rem)
         newly = Signal(fbits)
         last_send = Signal(32)
         hit_v = Signal()
@@ -691,6 +699,7 @@ class SenderReliability(wiring.Component):
                         m.d.sync += [job.eq(p),
                                      sack_rem.eq(p.ack.bitmap), sack_psn.eq(p.ack.base_psn),
                                      sack_nz.eq(p.ack.bitmap != 0),
+                                     sack_hnz.eq(p.ack.bitmap[8:] != 0),
                                      sack_skip.eq(p.ack.bitmap[:8] == 0)]
                         m.next = "START"
                     with m.Else():
@@ -747,7 +756,10 @@ class SenderReliability(wiring.Component):
         with m.Elif(~ackjob.ongoing("SACK")):
             m.d.sync += in_sack.eq(0)
         in_trim = ackjob.ongoing("TRIM")
-        m.d.comb += srch_busy.eq(ackjob.ongoing("SEARCH"))
+        # srch_busy = state SEARCH, as a flag register (entered from FINISH on a probe
+        # reply, left when the search is done)
+        m.d.sync += srch_busy.eq((srch_busy & ~srch_done)
+                                 | (ackjob.ongoing("FINISH") & fin_go & f_probe))
         # SACK walk: bit 0 of sack_rem is PSN sack_psn; a zero low byte is skipped in one
         # cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
         # (sack_skip is registered: sack_rem[:8] == 0)
@@ -755,9 +767,10 @@ class SenderReliability(wiring.Component):
         def sack_shift():
             # by 8 bits (sack_skip) or by 1: one adder, the nonzero test split by position
             rem = Mux(sack_skip, sack_rem >> 8, sack_rem >> 1)
-            nz = sack_rem[8:].any() | (~sack_skip & sack_rem[1:8].any())
+            nz = sack_hnz | (~sack_skip & sack_rem[1:8].any())
             m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + Mux(sack_skip, 8, 1)),
-                         sack_nz.eq(nz), in_sack.eq(nz), sack_skip.eq(rem[:8] == 0)]
+                         sack_nz.eq(nz), in_sack.eq(nz), sack_skip.eq(rem[:8] == 0),
+                         sack_hnz.eq(rem[8:] != 0)]
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
@@ -787,17 +800,15 @@ class SenderReliability(wiring.Component):
         m.d.comb += sent_go.eq(sent_full & ~hold0)
         free0 = Signal()                   # no SentInfo and no bubble this cycle
         m.d.comb += free0.eq(~sent_full & ~hold0)
-        job_hold = Signal()
-        m.d.comb += job_hold.eq(hold_sent | hold_scan)
+        job_hold = Signal()                # hold_sent | hold_scan, as one register
+        m.d.sync += job_hold.eq(s0.is_sent | r0.is_sent | s1.is_sent
+                                | s0.is_scan | r0.is_scan | s1.is_scan | s2.is_scan)
         cpl_room = Signal()                # registered: room for the CUMs in flight
         m.d.sync += cpl_room.eq(_lt_c(cpl_f.level, _CPL_DEPTH - 6))
-        cum_go = Signal()
         m.d.comb += cum_go.eq(free0 & in_cum & cpl_room & ~job_hold)
         sack_step = Signal()
-        sack_go = Signal()
         m.d.comb += [sack_step.eq(free0 & in_sack & (sack_skip | ~sack_rem[0] | ~job_hold)),
                      sack_go.eq(sack_step & ~sack_skip & sack_rem[0])]
-        trim_go = Signal()
         m.d.comb += [trim_taken.eq(free0 & in_trim & (~f_trim | ~(job_hold | hold_sack))),
                      trim_go.eq(trim_taken & f_trim)]
         # a scan waits for an older scan of the same slot in S1/S2 (compares registered a cycle
@@ -815,7 +826,6 @@ class SenderReliability(wiring.Component):
         # bubble cycle after a scan step; a stale outst only ends a pass early or late by one)
         scan_last = Signal()
         m.d.sync += scan_last.eq((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q])
-        scan_go = Signal()
         # (no scan while a SentInfo is in the first input register: it is the head next
         # cycle, the scan's bubble would then hold it while the next one arrives)
         m.d.comb += scan_go.eq(free0 & ~full_a & ackjob.ongoing("IDLE") & ~to_pending
@@ -861,13 +871,15 @@ class SenderReliability(wiring.Component):
         cum_ok = Signal()
         same = Signal()
         m.d.comb += same.eq(q1 == q0)
+        s1_nw = Signal()                   # a new SentInfo (not a retransmission) of a valid QP
+        m.d.sync += s1_nw.eq(r0.is_sent & ~r0.sent.retx & _lt_c(r0_qp, qps) & qvalid[q0])
         m.d.sync += [s1_qok.eq(_lt_c(r0_qp, qps) & qvalid[q0]),
                      s1_eq0.eq(r0_psn == nxt[q0]), s1_eq1.eq(r0_psn == nxt1[q0]),
                      s1_d0.eq(r0_psn - una[q0]), s1_d1.eq(r0_psn + ~una[q0]),
                      s1_bn.eq(new_ok & same), s1_bu.eq(cum_ok & same)]
         nxt_eq = Signal()
         m.d.comb += nxt_eq.eq(Mux(s1_bn, s1_eq1, s1_eq0))
-        m.d.comb += new_ok.eq(s1.is_sent & ~s1_sent.retx & qok1 & nxt_eq & ~outst[q1][wbits])
+        m.d.comb += new_ok.eq(s1_nw & nxt_eq & ~outst[q1][wbits])
         with m.If(new_ok):
             m.d.sync += [nxt[q1].eq(nxt1[q1]), nxt1[q1].eq(nxt1[q1] + 1),
                          outst[q1].eq(outst[q1] + 1)]
@@ -938,7 +950,11 @@ class SenderReliability(wiring.Component):
                      s3_delta.eq(Mux(is_sent2, s2_sent.length, -rd.length)),
                      s3_newly.eq(newly_c), s3_len.eq(rd.length), s3_send.eq(rd.send_ns),
                      s3_index.eq(rd.index),
-                     s3_ev.eq(rd.ev)]
+                     s3_ev.eq(rd.ev),
+                     # the hit's EV compare, registered in halves (job.ack.ev is stable while
+                     # the job's operations are in S0..S3)
+                     s3_evlo.eq(rd.ev[:16] == job.ack.ev[:16]),
+                     s3_evhi.eq(rd.ev[16:] == job.ack.ev[16:])]
         m.d.sync += [cpl_f.w_en.eq((s2_op == _OP_CUM) & s2_qok & rd.msg_last),
                      cpl_f.w_data.eq(Cat(s2_qp, s2_psn))]
         with m.If((s2_op == _OP_TRIM) & nacked):
@@ -966,7 +982,7 @@ class SenderReliability(wiring.Component):
             m.d.sync += infl[q3].eq(infl[q3] + s3_delta)
         with m.If(s3_newly):
             m.d.sync += [newly.eq(newly + s3_len), last_send.eq(s3_send)]
-        m.d.comb += s3_hit.eq(s3_newly & (s3_ev == job.ack.ev))     # EV compare in S3
+        m.d.comb += s3_hit.eq(s3_newly & s3_evlo & s3_evhi)       # EV compare from S2
         with m.If(s3_hit):
             m.d.sync += [hit_v.eq(1), hit_idx.eq(s3_index)]
         s4_qp = Signal(3)
@@ -1048,13 +1064,14 @@ class SenderReliability(wiring.Component):
         av_pick = Signal(AVOID_SLOTS)
         m.d.comb += av_pick.eq(Cat(av_p[i] & ~av_p[:i].any() if i else av_p[0]
                                    for i in range(AVOID_SLOTS)))
-        exp_v = Signal()
-        exp_pk = Signal(AVOID_SLOTS)           # the slot released (one-hot)
+        # exp_go: a slot was released a cycle ago and not re-armed in that cycle (its av_v
+        # bit now is (av_arm & av_pick) of then: the flag is registered, not compared here)
+        exp_go = Signal()
         exp_idx = Signal(8)
         pick_idx = Const(0, 8)
         for i in range(AVOID_SLOTS):
             pick_idx = pick_idx | Mux(av_pick[i], av_i[i], 0)
-        m.d.sync += [exp_v.eq(av_p.any()), exp_pk.eq(av_pick), exp_idx.eq(pick_idx)]
+        m.d.sync += [exp_go.eq(av_p.any() & ~(av_arm & av_pick).any()), exp_idx.eq(pick_idx)]
         exp_bit = onehot(exp_idx, "exp_bit")
         hold_m3 = Signal(24)                   # ecn_hold - 3 (expiry compare is 3 cycles early)
         hold_le3 = Signal()
@@ -1090,7 +1107,7 @@ class SenderReliability(wiring.Component):
             m.d.sync += [hit_bit.eq(idx_bit), others.eq((good_r & ~avb & ~idx_bit).any())]
         # an entry released a cycle ago keeps its bit when its slot was re-armed since
         exp_clr = Signal(paths)
-        m.d.comb += exp_clr.eq(Mux(exp_v & ~(av_v & exp_pk).any(), exp_bit, 0))
+        m.d.comb += exp_clr.eq(Mux(exp_go, exp_bit, 0))
         m.d.comb += avb_clr.eq(exp_clr)
         upd = nscc.upd
         m.d.comb += [upd.payload.qp.eq(job_qp), upd.payload.acked.eq(newly),
@@ -1182,6 +1199,9 @@ class SenderReliability(wiring.Component):
         pr_q = Signal(range(qps))
         pr_left = Signal(9)
         p_idx = Signal(9)
+        pr_stop = Signal()           # the sweep ends: pr_left == 0 or p_idx >= paths (registered)
+        pr_l1 = Signal()             # pr_left == 1 (registered)
+        pr_il = Signal()             # p_idx >= paths - 1 (registered)
         with m.If(self.probe.ready):
             m.d.sync += self.probe.valid.eq(0)
         can = ~self.probe.valid | self.probe.ready
@@ -1191,14 +1211,20 @@ class SenderReliability(wiring.Component):
                 for i in reversed(range(qps)):
                     with m.If(pr_due[i]):
                         m.d.sync += [pr_q.eq(i), p_idx.eq(cfg[i].profile_base),
-                                     pr_left.eq(cfg[i].profile_count)]
+                                     pr_left.eq(cfg[i].profile_count),
+                                     pr_stop.eq((cfg[i].profile_count == 0)
+                                                | _ge_c(cfg[i].profile_base, paths)),
+                                     pr_l1.eq(cfg[i].profile_count == 1),
+                                     pr_il.eq(_ge_c(cfg[i].profile_base, paths - 1))]
                         m.d.comb += pr_clear.eq(1 << i)
                         m.next = "SWEEP"
             with m.State("SWEEP"):
-                with m.If((pr_left == 0) | _ge_c(p_idx, paths)):
+                with m.If(pr_stop):
                     m.next = "IDLE"
                 with m.Elif(can):
-                    m.d.sync += [p_idx.eq(p_idx + 1), pr_left.eq(pr_left - 1)]
+                    m.d.sync += [p_idx.eq(p_idx + 1), pr_left.eq(pr_left - 1),
+                                 pr_stop.eq(pr_l1 | pr_il), pr_l1.eq(pr_left == 2),
+                                 pr_il.eq(_ge_c(p_idx, paths - 2))]
                     with m.If(bad.bit_select(p_idx[:ibits], 1)):
                         m.d.sync += [self.probe.valid.eq(1), self.probe.payload.qp.eq(pr_q),
                                      self.probe.payload.index.eq(p_idx),

@@ -396,6 +396,7 @@ class RxParser(wiring.Component):
         i_data, i_last, i_nl1, i_keep_ok, i_full = _data(64), _data(), _data(3), _data(), _data()
         k_data, k_keep, k_last = _data(64), _data(8), _data()
         i_port, k_port = _data(3), _data(3)
+        i_l7z = _data()                          # lane 7 of i_data is zero
         s_port = self.s_port if shared else Const(0, 3)
         tready = Signal()                        # the parser takes the beat in i_*
         fire = Signal()
@@ -410,6 +411,7 @@ class RxParser(wiring.Component):
                                    & Cat(*[k[i].replicate(8) for i in range(8)])),
                          i_last.eq(Mux(k_valid, k_last, s.tlast)),
                          i_port.eq(Mux(k_valid, k_port, s_port)),
+                         i_l7z.eq(~k[7] | ~Mux(k_valid, k_data, s.tdata)[56:64].any()),
                          i_keep_ok.eq(k[0] & Cat(*[~k[i + 1] | k[i] for i in range(7)]).all()),
                          i_full.eq(k.all()),
                          i_nl1.eq(Cat((k[1] & ~k[2]) | (k[3] & ~k[4]) | (k[5] & ~k[6]) | k[7],
@@ -463,6 +465,7 @@ class RxParser(wiring.Component):
         rel = _data(range(max_beats + 1))
         pre = Signal()                     # SRH: rel counts down to b0 (from Hdr Ext Len - 1)
         hel_now = lane(7)                  # SRH Hdr Ext Len (byte 55) in beat 6
+        hel_z = i_l7z                      # ... == 0 (from the input register)
         ar = Signal(8)                     # one-hot: ar[k] = l4 & (rel == k), k < 8
         # registered rel decodes: ge6/ge7 (rel >= 6 / 7 while l4), rel_sat (rel == max_beats:
         # it stops counting), at_pe (rel == PE, the last payload word a frame may write),
@@ -483,7 +486,7 @@ class RxParser(wiring.Component):
                 with m.If(bt[5] & ~has_srh):
                     m.d.comb += l4_start.eq(1)
                 with m.If(bt[6] & has_srh):
-                    with m.If(hel_now == 0):
+                    with m.If(hel_z):
                         m.d.comb += l4_start.eq(1)
                     with m.Else():
                         m.d.sync += [pre.eq(1), rel.eq(hel_now - 1), pre_z.eq(hel_now == 1)]
@@ -535,19 +538,24 @@ class RxParser(wiring.Component):
             return Cat(*[lane(ln) == da_byte(target, j0 + i) for i, ln in enumerate(lanes)]).all()
         # the three beats' compares are registered (g*), then folded into da6 / dip
         da6, dip = _data(), _data()
-        g4s, g4i, g5s, g5i, g6s, g6i = (_data() for _ in range(6))
+        # (beat 5's and 6's compares in two halves: at most 32-bit compares)
+        g4s, g4i, g5s, g5i, g5s_h, g5i_h, g6s, g6i, g6s_h, g6i_h = (_data() for _ in range(10))
         da_p = Signal(3)                   # g* hold the compares of beat 4, 5, 6
         m.d.sync += [g4s.eq(da_eq(da_srv6, [6, 7], 0)), g4i.eq(da_eq(self.own_ip, [6, 7], 0)),
-                     g5s.eq(da_eq(da_srv6, range(8), 2)), g5i.eq(da_eq(self.own_ip, range(8), 2)),
-                     g6s.eq(da_eq(da_srv6, range(6), 10)),
-                     g6i.eq(da_eq(self.own_ip, range(6), 10)),
+                     g5s.eq(da_eq(da_srv6, range(4), 2)), g5i.eq(da_eq(self.own_ip, range(4), 2)),
+                     g5s_h.eq(da_eq(da_srv6, range(4, 8), 6)),
+                     g5i_h.eq(da_eq(self.own_ip, range(4, 8), 6)),
+                     g6s.eq(da_eq(da_srv6, range(3), 10)),
+                     g6i.eq(da_eq(self.own_ip, range(3), 10)),
+                     g6s_h.eq(da_eq(da_srv6, range(3, 6), 13)),
+                     g6i_h.eq(da_eq(self.own_ip, range(3, 6), 13)),
                      da_p.eq(Cat(fire & bt[4], fire & bt[5], fire & bt[6]))]
         with m.If(da_p[0]):
             m.d.sync += [da6.eq(g4s), dip.eq(g4i)]
         with m.If(da_p[1]):
-            m.d.sync += [da6.eq(da6 & g5s), dip.eq(dip & g5i)]
+            m.d.sync += [da6.eq(da6 & g5s & g5s_h), dip.eq(dip & g5i & g5i_h)]
         with m.If(da_p[2]):
-            m.d.sync += [da6.eq(da6 & g6s), dip.eq(dip & g6i)]
+            m.d.sync += [da6.eq(da6 & g6s & g6s_h), dip.eq(dip & g6i & g6i_h)]
 
         srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
         with m.If(fire & bt[6]):
@@ -636,14 +644,27 @@ class RxParser(wiring.Component):
         # The ICRC view of the frame (wire.icrc_view) from byte 6 on, ICRC bytes included,
         # zero-filled to whole beats: a correct frame leaves the residue advanced by the
         # fill bytes.  Mask selects are registered one beat ahead.
-        mk_b1, mk_b2, mk_r1, mk_r2 = _data(), _data(), _data(), _data()
+        mk_b1, mk_r1 = _data(), _data()
+        mk_next = [first & ~i_last, mk_b1 & ~i_last, at_rel(0) & ~i_last, mk_r1 & ~i_last]
         with m.If(fire):
-            m.d.sync += [mk_b1.eq(first & ~i_last), mk_b2.eq(mk_b1 & ~i_last),
-                         mk_r1.eq(at_rel(0) & ~i_last), mk_r2.eq(mk_r1 & ~i_last)]
-        mask = (Mux(mk_b1, Const(0xFF0FFFFFFFFFFFFF, 64), 0)        # bytes 8..13, TC, FL
-                | Mux(mk_b2, Const(0x0000FF000000FFFF, 64), 0)      # FL, hop limit
-                | Mux(mk_r1, Const(0x0000FFFF00000000, 64), 0)      # UDP checksum
-                | Mux(mk_r2, Const(0x0000000000FF0000, 64), 0))     # BTH byte 4
+            m.d.sync += [mk_b1.eq(mk_next[0]), mk_r1.eq(mk_next[2])]
+        masks = [0xFF0FFFFFFFFFFFFF,       # beat 1: bytes 8..13, TC, FL
+                 0x0000FF000000FFFF,       # beat 2: FL, hop limit
+                 0x0000FFFF00000000,       # rel 0: UDP checksum
+                 0x0000000000FF0000]       # rel 1: BTH byte 4
+        # one registered select per set of masks covering a nibble (the mask is one flip-flop
+        # and the beat's bit away from the XOR network)
+        mk_sel = {}
+        nibbles = []
+        for n in range(16):
+            cover = tuple(i for i, c in enumerate(masks) if c >> (4 * n) & 0xF)
+            assert all((c >> (4 * n) & 0xF) in (0, 0xF) for c in masks)
+            if cover and cover not in mk_sel:
+                mk_sel[cover] = _data(name=f"mk_sel{len(mk_sel)}")
+                with m.If(fire):
+                    m.d.sync += mk_sel[cover].eq(Cat(*[mk_next[i] for i in cover]).any())
+            nibbles.append(mk_sel[cover].replicate(4) if cover else Const(0, 4))
+        mask = Cat(*nibbles)
         # Two stages: the beat's own share of the CRC (an XOR network over the masked beat
         # alone) is registered first (dx), then folded into the running state (the state's
         # share is an XOR of at most 32 state bits), so the CRC register's loop stays short.
@@ -922,6 +943,7 @@ class RxParser(wiring.Component):
         pay_addr = Signal(abits + 1)
         pay_left = Signal(10)              # payload words still to read
         r_dmalen_bad, r_icrc_bad, r_udp, r_copy = _data(), _data(), _data(), _data()
+        r_pass, r_pass_cp = _data(), _data()     # no DMALEN / ICRC drop (and r_copy)
         rd_addr = Signal(abits + 1)
         m.d.comb += [rp.addr.eq(rd_addr[:abits]),
                      rd_lim.eq(Mux(st == PAY, pay_addr, rd_ptr))]
@@ -935,7 +957,7 @@ class RxParser(wiring.Component):
         keeps = Array(Const((1 << (k + 1)) - 1, 8) for k in range(8))
         m.d.comb += [rp.en.eq(adv), o.tvalid.eq(p_valid), o.tlast.eq(p_last),
                      o.tkeep.eq(Mux(p_last, keeps[(o_len - 1)[0:3]], 0xFF)), o.tdata.eq(rdw)]
-        pay_last = pay_left == 1
+        pay_last = Signal()                # pay_left == 1 (registered with pay_left)
         with m.If(adv):
             m.d.sync += [p1_valid.eq(issue), p1_last.eq(pay_last),
                          p_valid.eq(p1_valid), p_last.eq(p1_last)]
@@ -1018,9 +1040,12 @@ class RxParser(wiring.Component):
             with m.Case(PAY):
                 m.d.comb += [rd_addr.eq(pay_addr), issue.eq(adv)]
                 with m.If(issue):
-                    m.d.sync += [pay_addr.eq(pay_addr + 1), pay_left.eq(pay_left - 1)]
+                    m.d.sync += [pay_addr.eq(pay_addr + 1), pay_left.eq(pay_left - 1),
+                                 pay_last.eq(pay_left == 2)]
                     with m.If(pay_last):
-                        m.d.sync += [st.eq(IDLE), rd_ptr.eq(pay_addr + 1)]
+                        # (pay_addr + 1 = pay_first + pay_words = rec_next: rd_ptr, o_len
+                        # and r_copy do not change in PAY)
+                        m.d.sync += [st.eq(IDLE), rd_ptr.eq(rec_next)]
         # HEAD steps (hsel: one-hot, registered: hsel[k] = HEAD & hs == k)
         with m.If(hsel[1]):        # meta
             m.d.sync += [o_port.eq(mv.port), o_qp.eq(mv.qp),
@@ -1029,6 +1054,8 @@ class RxParser(wiring.Component):
                          r_dmalen_bad.eq(mv.dmalen_bad),
                          r_icrc_bad.eq(mv.icrc_bad), r_udp.eq(mv.udp),
                          r_copy.eq(mv.copy),
+                         r_pass.eq(~mv.dmalen_bad & ~mv.icrc_bad),
+                         r_pass_cp.eq(~mv.dmalen_bad & ~mv.icrc_bad & mv.copy),
                          r_data.eq((mv.opcode == OP_WRITE_ONLY)
                                    | (mv.opcode == OP_WRITE_ONLY_IMM)),
                          r_imm.eq(mv.opcode == OP_WRITE_ONLY_IMM),
@@ -1038,15 +1065,16 @@ class RxParser(wiring.Component):
                 m.d.comb += [ev_en.eq(1), ev_idx.eq(
                     Cat(mv.reason, mv.port) if shared else mv.reason)]
                 m.d.sync += [rd_ptr.eq(rd_ptr + 1), st.eq(IDLE), hsel.eq(0)]
+        # (hsel is one-hot: the steps are independent Ifs, no priority chain)
         # Kind-specific fields are zeroed at the meta step (below) and loaded only for their
         # kind: the zeroing is the flip-flops' synchronous reset (one net), no per-bit mux.
-        with m.Elif(hsel[2]):        # x16..23
+        with m.If(hsel[2]):        # x16..23
             m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3))]
             with m.If(r_data):
                 m.d.sync += o_va[32:64].eq(rbe(4, 5, 6, 7))
             with m.If(r_ack):
                 m.d.sync += [a_syn.eq(rlane(4)), a_msn.eq(rbe(5, 6, 7))]
-        with m.Elif(hsel[3]):        # x24..31 (rkey kept in ack.flags/base_psn)
+        with m.If(hsel[3]):        # x24..31 (rkey kept in ack.flags/base_psn)
             m.d.sync += [a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
             with m.If(r_data):
                 m.d.sync += o_va[0:32].eq(rbe(0, 1, 2, 3))
@@ -1054,38 +1082,38 @@ class RxParser(wiring.Component):
                 m.d.sync += a_ev.eq(rbe(0, 1, 2, 3))
             with m.If(r_probe):
                 m.d.sync += [o_pid.eq(rbe(2, 3)), o_ts.eq(rbe(4, 5, 6, 7))]
-        with m.Elif(hsel[4]):        # x32..39 (dmalen kept in ack.bitmap)
+        with m.If(hsel[4]):        # x32..39 (dmalen kept in ack.bitmap)
             m.d.sync += a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))
             with m.If(r_data):
                 m.d.sync += o_len.eq(rbe(0, 1, 2, 3)[0:13])
             with m.If(r_imm):
                 m.d.sync += o_imm.eq(rbe(4, 5, 6, 7))
-        with m.Elif(hsel[5]):        # x0..7: UDP source port
+        with m.If(hsel[5]):        # x0..7: UDP source port
             sport = rbe(0, 1)
             with m.If(r_udp):
                 m.d.sync += o_ev.eq(sport[0:14])
             with m.Else():
                 m.d.sync += o_ev[20:32].eq(sport[0:12])
-        with m.Elif(hsel[6]):        # bytes 14..21: ECN, flow label
+        with m.If(hsel[6]):        # bytes 14..21: ECN, flow label
             m.d.sync += o_ecn.eq(rlane(1)[4:6])
             with m.If(~r_udp):
                 m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
-        with m.Elif(hsel[7]):        # x40..47
+        with m.If(hsel[7]):        # x40..47
             with m.If(r_ack):
                 m.d.sync += a_ts.eq(rbe(0, 1, 2, 3))
-        with m.Elif(hsel[decide]):
+        with m.If(hsel[decide]):
             m.d.sync += hsel.eq(0)
             rkey_bad = r_data & ~found
-            accept = ~rkey_bad & ~r_dmalen_bad & ~r_icrc_bad
+            accept = ~rkey_bad & r_pass
             late = Mux(rkey_bad, R.RKEY, Mux(r_dmalen_bad, R.DMALEN, R.ICRC))
             m.d.comb += [ev_en.eq(1), ev_idx.eq(Mux(
                 accept, n_drop + Cat(o_opcode[7], o_opcode[4]),
                 Cat(late, o_port) if shared else late))]
             with m.If(accept):
                 m.d.sync += o_valid.eq(1)
-            with m.If(accept & r_copy):
+            with m.If(~rkey_bad & r_pass_cp):
                 m.d.sync += [st.eq(PAY), pay_addr.eq(pay_first),
-                             pay_left.eq(pay_words)]
+                             pay_left.eq(pay_words), pay_last.eq(pay_words == 1)]
             with m.Else():
                 m.d.sync += [st.eq(IDLE),
                              rd_ptr.eq(rec_next)]

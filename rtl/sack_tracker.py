@@ -291,10 +291,13 @@ class SackTracker(wiring.Component):
         # packet from nxt: nxt still holds it in the cycle after it was taken).
         nxt_hm1 = Signal(24 - wbits, reset_less=True)   # PSN bits [wbits, 24) of nxt, minus 1
         nxt_oh = Signal(_W, reset_less=True)    # nxt's bit in its bitmap word (one-hot)
+        nxt_kd = Signal(reset_less=True)        # nxt is a DATA packet, not trimmed
         with m.If(self.pkt.ready):
             m.d.sync += [nxt.eq(self.pkt.payload),
                          nxt_hm1.eq(self.pkt.payload.psn[wbits:] - 1),
-                         nxt_oh.eq(one_hot(self.pkt.payload.psn))]
+                         nxt_oh.eq(one_hot(self.pkt.payload.psn)),
+                         nxt_kd.eq((self.pkt.payload.kind == RxKind.DATA)
+                                   & ~self.pkt.payload.trimmed)]
 
         # ---- packet / ACK context registers -------------------------------
         # cur: the packet after CLASS (CHECK .. the next take).  It is copied from nxt at
@@ -332,19 +335,23 @@ class SackTracker(wiring.Component):
         qp_ok = Signal()
         # Classification of the packet in ``cur``, computed in CLASS from registers and
         # registered for CHECK (ePSN, the count and the word do not change in between).
-        in_win = Signal()
-        behind = Signal()
-        bit_cur = Signal()
         at_e = Signal()
         cnt_hit = Signal()              # the count of new packets reaches ack_every
         next_set = Signal()             # the PSN after cur.psn is set (in cur.psn's word)
         last_wrap = Signal()            # cur is flagged last, or the last PSN of its word
         hit_ce = Signal()               # the count reaches ack_every, or cur is CE-marked
+        # (the packet's class, registered in CLASS: CHECK's decisions start at flip-flops;
+        # the bitmap bit, read from the distributed RAM in CLASS, is registered on its own)
+        bit_cur = Signal()              # cur's bit is set in the bitmap
+        new_w = Signal()                # qp_ok and cur in the window
+        dup_w = Signal()                # qp_ok and cur behind ePSN
+        is_seen = Signal()              # is_new | is_dup (without the bitmap bit)
+        new_data = Signal()             # new_w for a non-trimmed DATA packet not yet placed
         is_new = Signal()
         is_dup = Signal()
         m.d.comb += [
-            is_new.eq(qp_ok & in_win & ~bit_cur),
-            is_dup.eq(qp_ok & (behind | (in_win & bit_cur))),
+            is_new.eq(new_w & ~bit_cur),
+            is_dup.eq(dup_w | (new_w & bit_cur)),
         ]
         n_unacked = Signal(9)
         m.d.comb += n_unacked.eq(sel(unacked) + 1)
@@ -427,6 +434,13 @@ class SackTracker(wiring.Component):
             if load:
                 ack_regs(lo)
 
+        # new_data is set in CLASS for a non-trimmed DATA packet of a valid QP in the window,
+        # and cleared when CHECK places it (CHECK waits for place_free with it set, then
+        # places the packet and leaves): new_we is one LUT
+        m.d.comb += [new_we.eq(new_data & place_free & ~bit_cur), cnt["accepted"].eq(new_we)]
+        with m.If(new_data & place_free):
+            m.d.sync += new_data.eq(0)
+
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(clr_any):
@@ -445,19 +459,25 @@ class SackTracker(wiring.Component):
                 # is still in nxt (its ready was low), copied into cur as CLASS ends.
                 m.d.comb += rd_lo.eq(nxt.psn)
                 lo_p, lo_e = nxt.psn[:wbits], e[:wbits]
+                # off = nxt.psn - e < window: the high PSN bits equal e's, or e's + 1
+                # when the low bits borrow.
+                c_win = Mux(lo_p < lo_e, nxt_hm1 == e[wbits:], nxt.psn[wbits:] == e[wbits:])
+                c_behind = (nxt.psn - e)[23]
+                c_at_e = (nxt.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)
+                c_bit = (word & nxt_oh).any()
+                c_ok = (q < qps) & sel(qvalid)
                 m.d.sync += [
-                    # off = nxt.psn - e < window: the high PSN bits equal e's, or e's + 1
-                    # when the low bits borrow.
-                    in_win.eq(Mux(lo_p < lo_e, nxt_hm1 == e[wbits:],
-                                  nxt.psn[wbits:] == e[wbits:])),
-                    behind.eq((nxt.psn - e)[23]),
-                    at_e.eq((nxt.psn[wbits:] == e[wbits:]) & (lo_p == lo_e)),
-                    bit_cur.eq((word & nxt_oh).any()),
+                    at_e.eq(c_at_e),
+                    bit_cur.eq(c_bit),
+                    new_w.eq(c_ok & c_win),
+                    dup_w.eq(c_ok & c_behind),
+                    new_data.eq(nxt_kd & c_ok & c_win),
+                    is_seen.eq(c_ok & (c_behind | c_win)),
                     next_set.eq((word[1:] & nxt_oh[:_W - 1]).any()),
                     cnt_hit.eq(every_0 | (sel(unacked) >= every_m1)),
                     last_wrap.eq(nxt.last | nxt.psn[:_WLOG].all()),
                     hit_ce.eq(every_0 | (sel(unacked) >= every_m1) | nxt.ecn_ce),
-                    qp_ok.eq((q < qps) & sel(qvalid)),
+                    qp_ok.eq(c_ok),
                     # the slide registers as if the packet were new at e
                     cw.eq(word | nxt_oh),
                     cl.eq(Mux(nxt.last, last_w | nxt_oh, last_w & ~nxt_oh)),
@@ -470,8 +490,7 @@ class SackTracker(wiring.Component):
                 m.d.comb += rd_lo.eq(cur.psn)                     # hold while stalled
                 m.d.sync += [ack_probe.eq(0), ack_nack.eq(0)]
                 # the ACK's first word: e, or e + 1 after a new in-order data packet
-                ack_e1 = (cur.kind == RxKind.DATA) & ~cur.trimmed & is_new & at_e
-                ack_first = Mux(ack_e1, e1, e)
+                ack_first = Mux(new_data & ~bit_cur & at_e, e1, e)
                 ack_regs(ack_first)
                 with m.If(cur.kind == RxKind.DATA):
                     with m.If(cur.trimmed):
@@ -482,13 +501,13 @@ class SackTracker(wiring.Component):
                             m.d.sync += [ack_nack.eq(1), ack_flags.eq(wire.SACK_TRIM_NACK)]
                             start_ack(e, load=False)
                     with m.Elif(place_free):
-                        m.d.comb += [place_we.eq(1), seen_we.eq(is_new | is_dup)]
+                        m.d.comb += [place_we.eq(1), seen_we.eq(is_seen)]
                         trig = Signal()
                         ce = Signal()
-                        m.d.comb += ce.eq(cur.ecn_ce & (is_new | is_dup))
+                        m.d.comb += ce.eq(cur.ecn_ce & is_seen)
                         m.d.sync += ack_flags.eq(Mux(ce, wire.SACK_ECN_ECHO, 0))
                         with m.If(is_new):
-                            m.d.comb += [cnt["accepted"].eq(1), new_we.eq(1)]
+                            # (new_we and the accepted count: outside the FSM)
                             with m.If(cnt_hit):
                                 m.d.comb += trig.eq(1)
                             with m.If(at_e & ~cur.last):
