@@ -263,12 +263,17 @@ async def run_min_active(dut):
     tb = TB(dut)
     await tb.start(eligible=0xFFFF & ~(1 << 4))           # entry 4 is DENIED
     await tb.configure(0, start_psn=0, profile_count=5, ev_min_active=3, ack_timeout_exp=0)
-    # (16 cycles apart: the timeout order does not hang on the scan's phase)
+    # (16 cycles apart, so that the PSNs time out in send order: sent in one burst, the order
+    # in which the timeout scan finds them depends on its phase, and with it which entry
+    # min_active holds)
     for psn, index in ((0, 4), (1, 0), (2, 1)):
         tb.send(psn, index)
         await ClockCycles(dut.clk, 16)
-    while len(tb.out["retx"]) < 3:
+    for _ in range(20000):              # bounded: a missing retransmission fails, not hangs
+        if len(tb.out["retx"]) >= 3:
+            break
         await RisingEdge(dut.clk)
+    assert len(tb.out["retx"]) >= 3, tb.items("retx")
     await ClockCycles(dut.clk, 10)
     assert [(r["psn"], r["avoid_index"]) for r in tb.items("retx")[:3]] == [(0, 4), (1, 0), (2, 1)]
     assert [(a, s) for _, a, s in tb.st] == [(0, EvState.ASSUMED_BAD)]
