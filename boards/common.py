@@ -311,18 +311,26 @@ class BoardRegs(wiring.Component):
     s_axil : In(Axi4LiteSignature(16, 32))
         Offsets ``0x0800..0x08FF`` (registers) and ``0x8000..`` (host memory, 32-bit
         words).  Unknown offsets answer SLVERR (reads: data 0).  One transaction at a
-        time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 3
-        cycles later (the address is registered, then decoded into one-hot selects; a
-        read runs through one AND-OR multiplexer into ``rdata``); host memory: the cycle
-        after the window access is done.
+        time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 5
+        cycles later (the address is registered, then decoded into one-hot selects, the
+        MACs' RX counter words are fetched meanwhile -- longer while a MAC's counter RAM
+        is busy; a read runs through an AND-OR multiplexer in two registered stages into
+        ``rdata``); host
+        memory: the cycle after the window access is done.
     m_wr : Out(stream.Signature(WorkRequest))
         ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
     s_cpl : In(stream.Signature(Completion))
         Receive completions into a 16-entry FIFO (through an input register: a completion
         is counted in ``BOARD_STATUS`` one cycle after it is taken; ``ready`` is a
         flip-flop, low while 13 or more are queued), popped by reading ``CPL_DATA1``.
-    counters : In(ArrayLayout(32, 14))
-        MAC 0 then MAC 1 frame counters, in ``BOARD_REGS`` order.
+    tx_counters : In(ArrayLayout(32, 4))
+        MAC 0 ``tx_frames``, ``tx_oversize``, then MAC 1's.
+    mac_rd_addr : Out(3)
+        The RX counter (:class:`~mrcnic.rtl.eth_mac_rx.RxStatus` value) both MACs read from
+        their counter RAM (:class:`~mrcnic.rtl.eth_mac.EthMac` ``rx_cnt_addr``): from the
+        registered address, so held during a read.
+    mac_rd_data : In(ArrayLayout(32, 2)), mac_rd_fresh : In(2)
+        MAC 0 / 1 ``rx_cnt_data`` / ``rx_cnt_fresh``.
     nic_stats : In(ArrayLayout(32, 5))
         ``NIC_DATA_FRAMES`` .. ``NIC_NO_PATH``.
     status : In(3)
@@ -337,7 +345,9 @@ class BoardRegs(wiring.Component):
             "s_axil": In(Axi4LiteSignature(16, 32)),
             "m_wr": Out(stream.Signature(WorkRequest)),
             "s_cpl": In(stream.Signature(Completion)),
-            "counters": In(data.ArrayLayout(32, 14)),
+            "tx_counters": In(data.ArrayLayout(32, 4)),
+            "mac_rd_addr": Out(3),
+            "mac_rd_data": In(data.ArrayLayout(32, 2)), "mac_rd_fresh": In(2),
             "nic_stats": In(data.ArrayLayout(32, 5)),
             "status": In(3),
             "win_addr": Out(range(hostmem_words)), "win_we": Out(1), "win_re": Out(1),
@@ -377,11 +387,16 @@ class BoardRegs(wiring.Component):
             0x834: Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data) - 1), Const(1, 1)),
         }
         cpl_words = {(0x830 - BOARD_BASE) >> 2, (0x834 - BOARD_BASE) >> 2}
-        for i in range(14):
-            regs[0x840 + 0x20 * (i // 7) + 4 * (i % 7)] = self.counters[i]
+        for p in range(2):
+            for i in range(2):
+                regs[0x840 + 0x20 * p + 4 * i] = self.tx_counters[2 * p + i]
         for i in range(5):
             regs[0x880 + 4 * i] = self.nic_stats[i]
         words = {(off - BOARD_BASE) >> 2: value for off, value in regs.items()}
+        # the MACs' RX counters (MACp_RX_FRAMES .. MACp_RX_FIFO_OVERFLOW): one select per
+        # MAC over its five words, the word read from the MAC's counter RAM
+        mac_rx = [{(0x848 + 0x20 * p + 4 * i - BOARD_BASE) >> 2 for i in range(5)}
+                  for p in range(2)]
 
         # one transaction at a time: its address (AW or AR) is registered and decoded in
         # the next cycle into one-hot selects; a register read is then one AND-OR
@@ -392,6 +407,8 @@ class BoardRegs(wiring.Component):
         is_mem = addr[15]                                # >= HOSTMEM_BASE (0x8000)
         mem_idx = addr[2:15]
         mem_ok = mem_idx < self.hostmem_words
+        # MACp_RX_* word 16 + 8p + 2 + k reads RxStatus value k: a register loaded with
+        # ``addr`` (below), so held while it is
         # WR_DATA0..6 read back from a distributed-RAM copy (cheaper than a multiplexer over
         # the work-request flip-flops), at its word index
         wr_first = (0x810 - BOARD_BASE) >> 2
@@ -399,49 +416,57 @@ class BoardRegs(wiring.Component):
         sh_w = shadow.write_port()
         sh_r = shadow.read_port(domain="comb")
         m.d.comb += [sh_w.addr.eq(word[:4]), sh_w.data.eq(self.win_wdata), sh_r.addr.eq(word[:4])]
+        w_bad, w_post = Signal(), Signal()              # the write's decode, registered
+
+        def bad_write(a):
+            """A write to ``a`` (bus address) answers SLVERR: not WR_POST, WR_DATA0..6 nor
+            a host-memory word."""
+            aw_word = a[2:8]
+            ok_reg = (a[8:12] == (BOARD_BASE >> 8)) & (
+                (aw_word == (0x808 - BOARD_BASE) >> 2)
+                | ((aw_word >= wr_first) & (aw_word < wr_first + 7)))
+            return Mux(a[15], a[2:15] >= self.hostmem_words, ~ok_reg)
+
         sel = {w: Signal(name=f"rd_sel{w}") for w in words}     # one-hot register select
+        sel_mac = [Signal(name=f"rd_sel_mac{p}") for p in range(2)]
         sel_wr = Signal()
+        part = [Signal(32, name=f"rd_part{i}") for i in range(3)]   # the mux's groups
         rd_hit = Signal()                                # a register is at the read's word
         sh_q = Signal(32)                                # the WR_DATA copy's word, registered
-        cases = [(sel_wr, sh_q)]
+        cases = [(sel_wr, sh_q)] + [(sel_mac[p], self.mac_rd_data[p]) for p in range(2)]
         for w, value in words.items():
             cases.append((sel[w] & cf.r_rdy if w in cpl_words else sel[w], value))
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(s.awvalid & s.wvalid):
                     m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
-                    m.d.sync += [addr.eq(s.awaddr), self.win_wdata.eq(s.wdata)]
+                    m.d.sync += [addr.eq(s.awaddr), self.win_wdata.eq(s.wdata),
+                                 w_bad.eq(bad_write(s.awaddr)),
+                                 w_post.eq(~s.awaddr[15] & (s.awaddr[8:12] == BOARD_BASE >> 8)
+                                           & (s.awaddr[2:8] == (0x808 - BOARD_BASE) >> 2))]
                     m.next = "WDEC"
                 with m.Elif(s.arvalid):
                     m.d.comb += s.arready.eq(1)
-                    m.d.sync += addr.eq(s.araddr)
+                    m.d.sync += [addr.eq(s.araddr), self.mac_rd_addr.eq(s.araddr[2:5] - 2)]
                     m.next = "RDEC"
             with m.State("WDEC"):
-                m.d.sync += s.bresp.eq(OKAY)
-                with m.If(is_mem):
-                    with m.If(mem_ok):
-                        m.d.sync += [self.win_addr.eq(mem_idx), self.win_we.eq(1)]
-                        m.next = "MEM"
-                    with m.Else():
-                        m.d.sync += [s.bresp.eq(SLVERR), s.bvalid.eq(1)]
-                        m.next = "B"
+                # SLVERR: decoded as the write was taken (w_bad), or a WR_POST while the
+                # previous work request is not taken yet
+                m.d.sync += s.bresp.eq(Mux(w_bad | (w_post & self.m_wr.valid), SLVERR, OKAY))
+                with m.If(is_mem & ~w_bad):
+                    m.d.sync += [self.win_addr.eq(mem_idx), self.win_we.eq(1)]
+                    m.next = "MEM"
                 with m.Else():
                     m.d.sync += s.bvalid.eq(1)
                     m.next = "B"
-                    with m.If(~in_win):
-                        m.d.sync += s.bresp.eq(SLVERR)
-                    with m.Else(), m.Switch(word):
-                        with m.Case((0x808 - BOARD_BASE) >> 2):
-                            with m.If(self.m_wr.valid):
-                                m.d.sync += s.bresp.eq(SLVERR)   # previous one not taken
-                            with m.Else():
-                                m.d.sync += self.m_wr.valid.eq(1)
+                with m.If(w_post & ~self.m_wr.valid):
+                    m.d.sync += self.m_wr.valid.eq(1)
+                with m.If(~is_mem & in_win):
+                    with m.Switch(word):
                         for i in range(7):
                             with m.Case(wr_first + i):
                                 m.d.sync += wr_words[i].eq(self.win_wdata)
                                 m.d.comb += sh_w.en.eq(1)
-                        with m.Default():
-                            m.d.sync += s.bresp.eq(SLVERR)
             with m.State("RDEC"):
                 m.d.sync += [s.rresp.eq(OKAY), s.rdata.eq(0)]
                 with m.If(is_mem):
@@ -453,17 +478,31 @@ class BoardRegs(wiring.Component):
                         m.next = "R"
                 with m.Else():
                     m.d.sync += [sel[w].eq(in_win & (word == w)) for w in words]
+                    m.d.sync += [sel_mac[p].eq(in_win & Cat(*(word == w for w in mac_rx[p])).any())
+                                 for p in range(2)]
                     m.d.sync += sh_q.eq(sh_r.data)
-                    is_wr = (word >= wr_first) & (word < wr_first + 7)
-                    m.d.sync += [sel_wr.eq(in_win & is_wr),
-                                 rd_hit.eq(in_win & (is_wr | Cat(*(word == w for w in words)).any()))]
+                    wr_set = set(range(wr_first, wr_first + 7))
+                    # "a register at this word": one 64-entry constant, indexed by the word
+                    hit_set = set(words) | wr_set | mac_rx[0] | mac_rx[1]
+                    hit_tab = Const(sum(1 << w for w in hit_set), 64)
+                    m.d.sync += [sel_wr.eq(in_win & Cat(*(word == w for w in wr_set)).any()),
+                                 rd_hit.eq(in_win & hit_tab.bit_select(word, 1))]
+                    m.next = "RWAIT"
+            with m.State("RWAIT"):
+                # the MACs' counter words: loaded from the address held since RDEC
+                with m.If(self.mac_rd_fresh.all()):
                     m.next = "RD1"
             with m.State("RD1"):
-                # an AND-OR multiplexer (two data bits per LUT); an unknown offset selects
+                # an AND-OR multiplexer (two data bits per LUT, then an OR4: two levels):
+                # registered ORs of up to 8 cases, ORed in RD2; an unknown offset selects
                 # nothing (0).  CPL_DATA0/1 select only while the FIFO holds a completion
                 # (r_rdy of this cycle, the one the CPL_DATA1 pop sees)
-                m.d.sync += s.rdata.eq(_and_or(cases))
+                assert len(cases) <= 8 * len(part)
+                m.d.sync += [p.eq(_and_or(cases[8 * i:8 * i + 8])) for i, p in enumerate(part)]
                 m.d.comb += cf.r_en.eq(sel[(0x834 - BOARD_BASE) >> 2])   # CPL_DATA1 pops
+                m.next = "RD2"
+            with m.State("RD2"):
+                m.d.sync += s.rdata.eq(part[0] | part[1] | part[2])
                 with m.If(~rd_hit):
                     m.d.sync += s.rresp.eq(SLVERR)
                 m.d.sync += s.rvalid.eq(1)
@@ -654,11 +693,13 @@ class NicBoardTop(wiring.Component):
         wiring.connect(m, regs.m_wr, nic.s_wr)
         wiring.connect(m, nic.recv_cpl, regs.s_cpl)
         m.d.comb += nic.send_cpl.ready.eq(1)
-        names = ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
-                 "rx_fifo_overflow")
+        # TX counters from the MACs' flip-flops; RX counters read from their counter RAM
         for p, mac in enumerate(macs):
-            for j, name in enumerate(names):
-                m.d.comb += regs.counters[7 * p + j].eq(getattr(mac, name))
+            m.d.comb += [regs.tx_counters[2 * p].eq(mac.tx_frames),
+                         regs.tx_counters[2 * p + 1].eq(mac.tx_oversize),
+                         mac.rx_cnt_addr.eq(regs.mac_rd_addr),
+                         regs.mac_rd_data[p].eq(mac.rx_cnt_data),
+                         regs.mac_rd_fresh[p].eq(mac.rx_cnt_fresh)]
         # data_frames / ack_frames are sums over the planes: registered here, so their adders
         # stay out of BoardRegs' read multiplexer cycle (they read as of the previous cycle)
         m.d.sync += [regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames)]

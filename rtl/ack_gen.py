@@ -429,17 +429,20 @@ class AckGen(wiring.Component):
                          + _be(ack.ts, 4)))
         probe_tail = Cat(*(_be(prb.entry.ev, 4) + _be(Cat(prb.entry.port, Const(0, 5)), 1)
                            + _c(0, 1) + _be(prb.probe_id, 2) + _be(prb.ts, 4)))
-        with m.If(take_ack):
+        with m.If(want_ack):                # (loaded with the choice, as below)
             m.d.sync += [a_da.eq(self.path.payload.entry.da), a_psn.eq(ack.cum_psn),
                          a_tail.eq(ack_tail)]
-        with m.If(take_probe):
+        with m.If(want_probe):
             m.d.sync += [p_da.eq(prb.entry.da), p_tail.eq(probe_tail)]
         dropping = (new_ent.n_carriers > 1) | (new_ent.port >= self.ports)
-        with m.If(take_ack | take_probe):
+        # The frame's registers are loaded when a kind is chosen (``want_*``, flip-flops), not
+        # when its item is taken: nothing reads them before ``busy`` is set (if the item's
+        # valid fell, busy stays low and they are loaded again with the next choice), so the
+        # streams' valids reach only the control flip-flops below.
+        with m.If(want_ack | want_probe):
             m.d.sync += [
-                is_probe.eq(take_probe), last_ack.eq(take_ack),
+                is_probe.eq(want_probe),
                 peer_qpn.eq(new_ctx.peer_qpn), peer_usid.eq(new_ctx.peer_usid),
-                view.eq(~dropping),
                 dst_mac.eq(self.next_hop_mac[new_ent.port]), port.eq(new_ent.port),
                 port_oh.eq(Cat(*[new_ent.port == i for i in range(self.ports)])),
                 fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
@@ -450,6 +453,8 @@ class AckGen(wiring.Component):
             start = {"all": 1, "a": ~want_probe, "p": want_probe, "sv": new_srv6,
                      "nsv_a": ~want_probe & ~new_srv6, "nsv_p": want_probe & ~new_srv6, "v": 1}
             m.d.sync += [oh[c].eq(Mux(start[c], 1 << _CRC_FIRST_BEAT, 0)) for c in conds]
+        with m.If(take_ack | take_probe):
+            m.d.sync += [last_ack.eq(take_ack), view.eq(~dropping)]
             with m.If(dropping):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
             with m.Else():

@@ -397,10 +397,13 @@ class CsrBank(wiring.Component):
             return self._mux_tree(word, [(rm[n].offset >> 2, Const(i, len(sh["idx_r"])))
                                          for n, i in ws])
 
+        # "the word is in the copy": per group of 16 words a flag, from araddr at the AR
+        # handshake; their OR (hit_r) in the sample cycle
+        sh_words = [rm[n].offset >> 2 for n in sh["index"]] if sh is not None else []
+        sh_hit_grp = Signal(max(1, len({w >> 4 for w in sh_words})), name="sh_hit_grp")
         # The copy's read address (idx_r) is set from araddr at the AR handshake, or, with
         # external registers (whose wait cycles leave time), from the registered ar_word in
-        # the READ cycles that wait; "the word is in the copy" (hit_r) is registered in the
-        # sample cycle, from ar_word.
+        # the READ cycles that wait.
         with m.FSM():
             with m.State("IDLE"):
                 if rm.tables and self.table_serial:     # word 0 of a serial table write
@@ -422,6 +425,9 @@ class CsrBank(wiring.Component):
                                 axil.araddr[2:] == r.offset >> 2) for r in pops]
                         if sh is not None and not self.external:
                             m.d.sync += sh["idx_r"].eq(sh_index(axil.araddr[2:]))
+                        if sh is not None:
+                            m.d.sync += sh_hit_grp.eq(self._hit_groups(
+                                axil.araddr[2:], sh_words, "sh_hitg"))
                         m.next = "READ"
             with m.State("WRITE"):
                 m.d.sync += [aw_full.eq(0), w_full.eq(0), axil.bvalid.eq(1),
@@ -451,9 +457,7 @@ class CsrBank(wiring.Component):
                     if not self.external:
                         m.d.sync += rd_hit_q.eq(rd_hit_grp)
                     if sh is not None:
-                        m.d.sync += [sh_q.eq(sh["rd_data"]),
-                                     sh["hit_r"].eq(Cat(*(ar_word == rm[n].offset >> 2
-                                                          for n in sh["index"])).any())]
+                        m.d.sync += [sh_q.eq(sh["rd_data"]), sh["hit_r"].eq(sh_hit_grp.any())]
                     m.next = "READ2"
             with m.State("READ2"):
                 m.d.sync += [axil.rvalid.eq(1),

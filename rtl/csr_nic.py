@@ -501,8 +501,11 @@ class CsrNic(wiring.Component):
         cur = Signal(6)                         # counter word of the next request
         is_acc = Signal()
         m.d.comb += [nic.rxcnt_rd_addr.eq(cur), csr.ext_rd_data.eq(ext_acc)]
+        # "the read is RX_ACCEPTED", compared from the bus address every cycle: at rd_stb
+        # (the cycle after the AR handshake) it is the read's (no compare behind rd_addr)
+        acc = Signal()
+        m.d.sync += acc.eq(self.s_axil.araddr[2:] == acc_word)
         with m.If(csr.rd_stb):
-            acc = csr.rd_addr == acc_word
             reason = csr.rd_addr[:(N_REASONS - 1).bit_length()]
             m.d.sync += [ext_acc.eq(0), outst.eq(0), tmr.eq(0), is_acc.eq(acc),
                          cur.eq(Mux(acc, n_drop, reason)),

@@ -57,6 +57,9 @@ class EthMac(wiring.Component):
         TXD/TX_CTL halves (``tx_domain``), RXD/RX_CTL halves (``rx_domain``).
     tx_frames, tx_oversize, rx_frames, rx_bad_fcs, rx_runt, rx_giant, rx_fifo_overflow : Out(32)
         Frame counters in ``sync`` (wrap at 2**32); see :class:`EthMacTx` / :class:`EthMacRx`.
+    rx_cnt_addr : In(3), rx_cnt_data : Out(32), rx_cnt_fresh : Out(1)
+        The RX counters read from their RAM copy (:class:`EthMacRx` ``cnt_*``); a user of
+        this port alone leaves the five RX counter flip-flop ports unconnected.
     """
 
     def __init__(self, *, max_frame: int = 1518, rx_buffer_frames: int = 1,
@@ -89,6 +92,9 @@ class EthMac(wiring.Component):
             "rx_runt": Out(32),
             "rx_giant": Out(32),
             "rx_fifo_overflow": Out(32),
+            "rx_cnt_addr": In(3),
+            "rx_cnt_data": Out(32),
+            "rx_cnt_fresh": Out(1),
         })
 
     def elaborate(self, platform):
@@ -114,4 +120,6 @@ class EthMac(wiring.Component):
             m.d.comb += getattr(self, name).eq(getattr(tx, name))
         for name in ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow"):
             m.d.comb += getattr(self, name).eq(getattr(rx, name))
+        m.d.comb += [rx.cnt_addr.eq(self.rx_cnt_addr), self.rx_cnt_data.eq(rx.cnt_data),
+                     self.rx_cnt_fresh.eq(rx.cnt_fresh)]
         return m

@@ -2,9 +2,10 @@
 
 The PHY side finds the SFD, checks the FCS, length (runt / giant) and GMII RX_ER, strips
 the FCS and packs the bytes into 32-bit words; the last word of every frame carries the
-frame's status.  The words cross to the NIC domain through a small
-:class:`amaranth.lib.fifo.AsyncFIFO` (4 words, 3-bit Gray pointers: a short read side;
-a word arrives every 4 PHY clocks at most) that the NIC side drains every cycle (except
+frame's status.  The words cross to the NIC domain through a small Gray-pointer FIFO
+(:class:`_Crossing`: 4 words of distributed RAM read asynchronously at a registered
+pointer, 3-bit Gray pointers; a word arrives every 4 PHY clocks at most) that the NIC
+side drains every cycle (except
 for 5 cycles after a reset), pairs into 64-bit beats and writes into a store-and-forward
 frame buffer (:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
 only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
@@ -14,9 +15,9 @@ Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames 
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, enum, wiring
-from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.cdc import AsyncFFSynchronizer, FFSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -72,6 +73,72 @@ _Stored = data.StructLayout({
 })
 
 
+def _gray(v):
+    return v ^ v[1:]
+
+
+class _Crossing(wiring.Component):
+    """Clock-domain-crossing FIFO, ``depth`` words of ``width`` bits, first-word fall-through.
+
+    The Gray-pointer FIFO of :class:`amaranth.lib.fifo.AsyncFIFO` (Cummings, "Simulation
+    and Synthesis Techniques for Asynchronous FIFO Design", style 2, the same ports and
+    the same write-domain reset handling), but its storage is read asynchronously at the
+    registered read pointer (distributed RAM, ``r_data`` is valid with ``r_rdy``) instead
+    of through a synchronous port addressed by the next pointer: the read side's logic
+    is ``r_rdy`` (the synchronised write pointer against the read pointer, both
+    registers) and the pointer increment, no empty-flag-to-address path.
+
+    Ports: ``w_data`` In(width), ``w_en`` In(1), ``w_rdy`` Out(1) in ``w_domain``;
+    ``r_data`` Out(width), ``r_en`` In(1), ``r_rdy`` Out(1) in ``r_domain``.
+    """
+
+    def __init__(self, width, depth, w_domain, r_domain):
+        assert depth >= 2 and depth & (depth - 1) == 0
+        self.depth, self._w, self._r = depth, w_domain, r_domain
+        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+                          "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        bits = self.depth.bit_length()              # pointer bits (one above the address)
+        w_bin, w_gry, w_gry_r = Signal(bits), Signal(bits), Signal(bits)
+        # the read pointers are reset through the write domain's reset (as AsyncFIFO)
+        r_bin, r_gry = Signal(bits, reset_less=True), Signal(bits, reset_less=True)
+        r_gry_w = Signal(bits)
+        m.submodules.produce_cdc = FFSynchronizer(w_gry, w_gry_r, o_domain=self._r)
+        m.submodules.consume_cdc = FFSynchronizer(r_gry, r_gry_w, o_domain=self._w)
+        m.submodules.storage = mem = Memory(shape=len(self.w_data), depth=self.depth, init=[])
+        wp = mem.write_port(domain=self._w)
+        rp = mem.read_port(domain="comb")
+        # full: the pointers differ in their two top Gray bits only
+        full = ((w_gry[-1] != r_gry_w[-1]) & (w_gry[-2] != r_gry_w[-2])
+                & (w_gry[:-2] == r_gry_w[:-2]))
+        write = self.w_en & ~full
+        w_nxt = (w_bin + write)[:bits]
+        m.d[self._w] += [w_bin.eq(w_nxt), w_gry.eq(_gray(w_nxt))]
+        m.d.comb += [self.w_rdy.eq(~full), wp.addr.eq(w_bin[:-1]), wp.data.eq(self.w_data),
+                     wp.en.eq(write), rp.addr.eq(r_bin[:-1]), self.r_data.eq(rp.data)]
+        r_rst = Signal()
+        m.submodules.rst_cdc = AsyncFFSynchronizer(
+            ResetSignal(self._w, allow_reset_less=True), r_rst, o_domain=self._r)
+        # while r_rst: empty, the read pointer taken from the (reset) write pointer.  The
+        # pointers are loaded only on a pop or r_rst (their clock enable), from the
+        # incremented pointer (a LUT after flip-flops) or the write pointer
+        m.d.comb += self.r_rdy.eq((w_gry_r != r_gry) & ~r_rst)
+        r_inc = (r_bin + 1)[:bits]
+        with m.If((self.r_rdy & self.r_en) | r_rst):
+            m.d[self._r] += [r_gry.eq(Mux(r_rst, w_gry_r, _gray(r_inc))),
+                             r_bin.eq(Mux(r_rst, _gray_decode(w_gry_r), r_inc))]
+        return m
+
+
+def _gray_decode(v):
+    out = [v[-1]]
+    for i in reversed(range(len(v) - 1)):
+        out.insert(0, out[0] ^ v[i])
+    return Cat(*out)
+
+
 class EthMacRx(wiring.Component):
     """IEEE 802.3 receive MAC, GMII (8-bit, 1000 Mb/s) in, 64-bit AXI-Stream out.
 
@@ -113,6 +180,15 @@ class EthMacRx(wiring.Component):
         (buffer commit / rollback) by one shared incrementer that reads a copy of them
         in an 8 x 32 distributed RAM; they are 0 after a reset (the RAM copy is cleared
         in the 5 cycles after it, while the crossing FIFO is not popped).
+    cnt_addr : In(3), domain ``sync``
+        A counter to read from the RAM copy (its :class:`RxStatus` value: 0 ``rx_frames``,
+        1 ``rx_bad_fcs``, 2 ``rx_runt``, 3 ``rx_giant``, 4 ``rx_fifo_overflow``), for a
+        reader that needs no flip-flop port per counter (the board registers).
+    cnt_data : Out(32), cnt_fresh : Out(1), domain ``sync``
+        ``cnt_data`` is loaded with the counter at ``cnt_addr`` in every cycle the shared
+        incrementer does not use the RAM; ``cnt_fresh`` (a flip-flop) says it was loaded
+        at the last clock edge, so with ``cnt_addr`` held since the cycle before that edge,
+        ``cnt_data`` is that counter (as of one cycle ago) until ``cnt_addr`` changes.
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
@@ -148,13 +224,15 @@ class EthMacRx(wiring.Component):
             "rx_runt": Out(32),
             "rx_giant": Out(32),
             "rx_fifo_overflow": Out(32),
+            "cnt_addr": In(3),
+            "cnt_data": Out(32),
+            "cnt_fresh": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         rx = self.rx_domain
-        m.submodules.fifo = fifo = AsyncFIFO(width=_Cross.size, depth=4,
-                                             w_domain=rx, r_domain="sync")
+        m.submodules.fifo = fifo = _Crossing(_Cross.size, 4, w_domain=rx, r_domain="sync")
 
         # ---------------------------------------------------------------- PHY side (rx)
         # stage 0: GMII input register (keeps the pins' neighbour logic off the FSM paths)
@@ -355,12 +433,17 @@ class EthMacRx(wiring.Component):
         st_w = stats.write_port()
         st_r = stats.read_port(domain="comb")
         clr = Signal(3)
+        # the read port serves the incrementer, else ``cnt_addr`` (into ``cnt_data``)
+        busy = clearing | cnt_go
         m.d.comb += [
-            st_r.addr.eq(Mux(clearing, 7, cnt_idx)),
+            st_r.addr.eq(Mux(clearing, 7, Mux(cnt_go, cnt_idx, self.cnt_addr))),
             st_w.addr.eq(Mux(clearing, clr, cnt_idx)),
             st_w.data.eq(st_r.data + 1),
-            st_w.en.eq(clearing | cnt_go),
+            st_w.en.eq(busy),
         ]
+        m.d.sync += self.cnt_fresh.eq(~busy)
+        with m.If(~busy):
+            m.d.sync += self.cnt_data.eq(st_r.data)
         with m.If(clearing):
             m.d.sync += clr.eq(clr + 1)
             with m.If(clr == len(names) - 1):

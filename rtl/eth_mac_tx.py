@@ -171,18 +171,19 @@ class EthMacTx(wiring.Component):
             with m.If(s.tlast | truncate):
                 m.d.sync += wc.eq(wp + 1)
 
-        m.d.comb += discard_nxt.eq(discard)
+        # the next ``discard`` as one flat function of the beat taken (tlast: 0; the final
+        # slot without tlast: 1; else unchanged), so ``tready``'s input is a few LUTs after
+        # the sink's valid (which passes the port-admin gate)
+        fire = s.tvalid & s.tready
+        m.d.comb += discard_nxt.eq(Mux(fire, ~s.tlast & (discard | final), discard))
         m.d.sync += [discard.eq(discard_nxt), tready.eq((used <= depth - 3) | discard_nxt)]
-        with m.If(s.tvalid & s.tready):
+        with m.If(fire):
             with m.If(s.tlast):
-                m.d.comb += discard_nxt.eq(0)
                 m.d.sync += [beats.eq(0), final.eq(0),
                              self.tx_frames.eq(self.tx_frames + 1)]
                 with m.If(discard | too_long):
                     m.d.sync += self.tx_oversize.eq(self.tx_oversize + 1)
-            with m.Elif(truncate):
-                m.d.comb += discard_nxt.eq(1)
-            with m.Elif(~discard):
+            with m.Elif(~truncate & ~discard):
                 m.d.sync += [beats.eq(beats + 1), final.eq(beats == self.max_beats - 2)]
 
         # reader: ``issue`` (a register) reads buf[rp]; the data reaches ``beat`` (the

@@ -320,8 +320,9 @@ class SenderReliability(wiring.Component):
         NSCC window and bytes in flight per QP.
     ctl_st_en, ctl_st_addr : In(1), In(8)
         The controller set entry ``ctl_st_addr``'s state (EV_STATE_SET): this
-        block forgets its ASSUMED_BAD mark, so it neither probes the entry nor
-        sets it GOOD on a probe reply (a DENIED entry stays DENIED).
+        block forgets its ASSUMED_BAD mark (a cycle later: the decoded entry is
+        registered), so it neither probes the entry nor sets it GOOD on a probe
+        reply (a DENIED entry stays DENIED).
     stat_en, stat_index, stat_kind : Out(1), Out(8), Out(EvCounterKind)
         Per-EV counter pulse (registered, one per cycle at most): the entry of
         an ACK's finish cycle (TRIM for a trim NACK, else ECN_ECHO or
@@ -481,9 +482,11 @@ class SenderReliability(wiring.Component):
         sl_w = slots.write_port(granularity=_LANE)
         sl_r = slots.read_port()          # not transparent: never needed (the read holds)
         m.submodules.evs = evs = memory.Memory(shape=32, depth=paths, init=[],
-                                               attrs={"ram_style": "block"})
+                                               attrs={"ram_style": "block", "no_rw_check": 1})
         ev_w = evs.write_port()
-        ev_r = evs.read_port(transparent_for=(ev_w,))
+        # (no_rw_check, not transparent: a read in the cycle of a write of its entry is
+        # replaced in the fabric, see the search)
+        ev_r = evs.read_port()
 
         def slot_addr(qp, psn):
             return Cat(psn[:wbits], qp[:qbits]) if qps > 1 else psn[:wbits]
@@ -566,10 +569,7 @@ class SenderReliability(wiring.Component):
         # made on registered flags (no address compare in the selection): a SentInfo in S0..S2
         # holds every read; a SACK in S0..S2 holds a trim read (SACK steps of one ACK touch
         # distinct slots); a scan in S0..S3 holds every read, except that a scan only waits for
-        # an older scan of the same slot (registered address compares, ``sc_c1``..``sc_c3``).
-        def is_job(op):
-            return (op == _OP_CUM) | (op == _OP_SACK) | (op == _OP_TRIM)
-
+        # an older scan of the same slot (registered address compares, in ``scan_blk``).
         def is_writer(op):
             return (op == _OP_SENT) | (op == _OP_SACK) | (op == _OP_SCAN)
 
@@ -588,6 +588,8 @@ class SenderReliability(wiring.Component):
         s1 = Signal(stage)
         s2 = Signal(stage)
         m.d.sync += [r0.eq(s0), s1.eq(r0), s2.eq(s1)]
+        job_s123 = Signal()                # a job's operation in S1..S3 (registered)
+        m.d.sync += job_s123.eq(r0.job | s1.job | s2.job)
         r0_op, r0_qp, r0_psn, r0_addr = r0.op, r0.qp, r0.psn, r0.addr
         s1_op, s1_qp, s1_sent, s1_addr = s1.op, s1.qp, s1.sent, s1.addr
         s2_op, s2_qp, s2_psn, s2_sent, s2_addr = s2.op, s2.qp, s2.psn, s2.sent, s2.addr
@@ -609,7 +611,9 @@ class SenderReliability(wiring.Component):
         s3_scan = Signal()                # a scan of an outstanding, unacknowledged PSN
         s3_age = Signal(22)               # (now - send_ns) >> 10
         s3_le = Signal(20)                # bit k: texp <= k
-        s3_rt = Signal(9)                 # {retries, texp} after a timeout of this PSN
+        s3_retries = Signal(4)            # the slot's retries, texp and whether a timeout
+        s3_texp = Signal(5)               # raises texp
+        s3_eup = Signal()
         s3_infl_en = Signal()
         s3_delta = Signal(fbits)
         s3_newly = Signal()
@@ -628,11 +632,9 @@ class SenderReliability(wiring.Component):
         s4_rt = Signal(9)                 # {retries, texp} of that write
 
         # registered read holds (see above)
-        hold_sent = Signal()               # a SentInfo in S0..S2 next cycle
         hold_scan = Signal()               # a scan in S0..S3 next cycle
         hold_sack = Signal()               # a SACK in S0..S2 next cycle
-        m.d.sync += [hold_sent.eq(s0.is_sent | r0.is_sent | s1.is_sent),
-                     hold_scan.eq(s0.is_scan | r0.is_scan | s1.is_scan | s2.is_scan),
+        m.d.sync += [hold_scan.eq(s0.is_scan | r0.is_scan | s1.is_scan | s2.is_scan),
                      hold_sack.eq(s0.is_sack | r0.is_sack | s1.is_sack)]
 
         # ---- ACK job state ----------------------------------------------------
@@ -645,9 +647,9 @@ class SenderReliability(wiring.Component):
         cum_nz = Signal()                  # CUM operations left
         sack_rem = Signal(64)
         sack_psn = Signal(24)              # PSN of sack_rem bit 0
-        sack_nz = Signal()
+        sack_nzb = Signal(8)               # bit k: sack_rem[8 * k:] != 0 (registered with it)
+        sack_nz = sack_nzb[0]
         sack_skip = Signal()               # sack_rem[:8] == 0
-        sack_hnz = Signal()                # sack_rem[8:] != 0 (registered with sack_rem)
         newly = Signal(fbits)
         last_send = Signal(32)
         hit_v = Signal()
@@ -690,6 +692,12 @@ class SenderReliability(wiring.Component):
         trim_taken = Signal()
         fin_go = Signal()
         srch_done = Signal()
+        # state flags as registers (set and cleared on the transitions, so the operation
+        # selection and the finish cycle decode no state): IDLE, CUM with PSNs left (cum_nz:
+        # set only on START2 -> CUM and cleared in CUM), TRIM, FINISH
+        job_idle = Signal(init=1)
+        in_trim = Signal()
+        st_fin = Signal()
         with m.FSM(name="ackjob") as ackjob:
             with m.State("IDLE"):
                 m.d.comb += self.ack.ready.eq(~self.cfg_w_en)
@@ -698,9 +706,10 @@ class SenderReliability(wiring.Component):
                     with m.If((p.kind == RxKind.ACK) & _lt_c(p.qp, qps) & qvalid[p.qp[:qb]]):
                         m.d.sync += [job.eq(p),
                                      sack_rem.eq(p.ack.bitmap), sack_psn.eq(p.ack.base_psn),
-                                     sack_nz.eq(p.ack.bitmap != 0),
-                                     sack_hnz.eq(p.ack.bitmap[8:] != 0),
-                                     sack_skip.eq(p.ack.bitmap[:8] == 0)]
+                                     # (per byte here; made suffix ORs in START)
+                                     sack_nzb.eq(Cat(p.ack.bitmap[8 * k:8 * k + 8] != 0
+                                                     for k in range(8))),
+                                     sack_skip.eq(p.ack.bitmap[:8] == 0), job_idle.eq(0)]
                         m.next = "START"
                     with m.Else():
                         inc(self.acks_dropped)
@@ -709,7 +718,8 @@ class SenderReliability(wiring.Component):
                 q = job_qp[:qb]
                 d = job.psn - una[q]
                 m.d.sync += [cum_d.eq(d[:obits]), cum_hz.eq(d[obits:24] == 0), cum_ptr.eq(una[q]),
-                             newly.eq(0), hit_v.eq(0), trim_v.eq(0)]
+                             newly.eq(0), hit_v.eq(0), trim_v.eq(0),
+                             sack_nzb.eq(Cat(sack_nzb[k:].any() for k in range(8)))]
                 m.next = "START2"
             with m.State("START2"):
                 q = job_qp[:qb]
@@ -722,12 +732,14 @@ class SenderReliability(wiring.Component):
                     m.next = "SACK"
             with m.State("SACK"):
                 with m.If(~sack_nz):
+                    m.d.sync += in_trim.eq(1)
                     m.next = "TRIM"
             with m.State("TRIM"):
                 with m.If(trim_taken):
+                    m.d.sync += in_trim.eq(0)
                     m.next = "WAIT"
             with m.State("WAIT"):
-                with m.If(~is_job(r0_op) & ~is_job(s1_op) & ~is_job(s2_op) & ~is_job(s3_op)):
+                with m.If(~r0.job & ~job_s123):
                     m.next = "FIN0"
             with m.State("FIN0"):
                 # registered inputs of the finish cycle; no scan runs during a job, so a
@@ -736,18 +748,22 @@ class SenderReliability(wiring.Component):
                     m.next = "FIN1"
             with m.State("FIN1"):
                 # the GOOD bitmap (good_r) now has the job's profile mask
+                m.d.sync += st_fin.eq(1)
                 m.next = "FINISH"
             with m.State("FINISH"):
                 with m.If(fin_go):
+                    m.d.sync += st_fin.eq(0)
                     with m.If(f_probe):
                         m.next = "SEARCH"
                     with m.Else():
+                        m.d.sync += job_idle.eq(1)
                         m.next = "IDLE"
             with m.State("SEARCH"):
                 with m.If(srch_done):
+                    m.d.sync += job_idle.eq(1)
                     m.next = "IDLE"
 
-        in_cum = ackjob.ongoing("CUM") & cum_nz
+        in_cum = cum_nz                    # (cum_nz is set only in CUM: see job_idle)
         # in_sack: registered "state SACK and bits left" (set on the CUM -> SACK transition,
         # follows sack_nz in SACK)
         in_sack = Signal()
@@ -755,37 +771,41 @@ class SenderReliability(wiring.Component):
             m.d.sync += in_sack.eq(sack_nz)
         with m.Elif(~ackjob.ongoing("SACK")):
             m.d.sync += in_sack.eq(0)
-        in_trim = ackjob.ongoing("TRIM")
         # srch_busy = state SEARCH, as a flag register (entered from FINISH on a probe
         # reply, left when the search is done)
         m.d.sync += srch_busy.eq((srch_busy & ~srch_done)
-                                 | (ackjob.ongoing("FINISH") & fin_go & f_probe))
+                                 | (fin_go & f_probe))
         # SACK walk: bit 0 of sack_rem is PSN sack_psn; a zero low byte is skipped in one
         # cycle, otherwise the bitmap moves by one bit (issuing a SACK op if it was set)
         # (sack_skip is registered: sack_rem[:8] == 0)
 
         def sack_shift():
-            # by 8 bits (sack_skip) or by 1: one adder, the nonzero test split by position
+            # by 8 bits (sack_skip) or by 1: one adder; the nonzero tests per byte position,
+            # each from the next one (bytes k + 1.. of the bitmap) and 7 bits of its own
             rem = Mux(sack_skip, sack_rem >> 8, sack_rem >> 1)
-            nz = sack_hnz | (~sack_skip & sack_rem[1:8].any())
+            nzb = Cat((sack_nzb[k + 1] if k < 7 else 0)
+                      | (~sack_skip & sack_rem[8 * k + 1:8 * k + 8].any()) for k in range(8))
             m.d.sync += [sack_rem.eq(rem), sack_psn.eq(sack_psn + Mux(sack_skip, 8, 1)),
-                         sack_nz.eq(nz), in_sack.eq(nz), sack_skip.eq(rem[:8] == 0),
-                         sack_hnz.eq(rem[8:] != 0)]
+                         sack_nzb.eq(nzb), in_sack.eq(nzb[0]), sack_skip.eq(rem[:8] == 0)]
 
         # ---- stage 0: choose the operation of this cycle -----------------------
         scan_q = Signal(range(qps))
         scan_off = Signal(obits)
         scan_psn = Signal(24)              # una[scan_q] + scan_off when it was advanced
+        scan_step = Signal()
+        scan_adv = Signal()
         # the read address depends only on registers and the job's state (not on whether
         # the operation is issued: a read that is not issued is harmless)
         # (a SentInfo does not read: it never sets the read address)
         r_qp = Signal(3)
         r_psn = Signal(24)
-        with m.If(ackjob.ongoing("CUM")):
+        # (by the flags: at most one of in_cum, in_sack, in_trim is set, and only then is a
+        # job's operation issued)
+        with m.If(in_cum):
             m.d.comb += [r_qp.eq(job_qp), r_psn.eq(cum_ptr)]
-        with m.Elif(ackjob.ongoing("SACK")):
+        with m.Elif(in_sack):
             m.d.comb += [r_qp.eq(job_qp), r_psn.eq(sack_psn)]
-        with m.Elif(ackjob.ongoing("TRIM")):
+        with m.Elif(in_trim):
             m.d.comb += [r_qp.eq(job_qp), r_psn.eq(job.ack.base_psn)]
         with m.Else():
             m.d.comb += [r_qp.eq(scan_q), r_psn.eq(scan_psn)]
@@ -800,7 +820,7 @@ class SenderReliability(wiring.Component):
         m.d.comb += sent_go.eq(sent_full & ~hold0)
         free0 = Signal()                   # no SentInfo and no bubble this cycle
         m.d.comb += free0.eq(~sent_full & ~hold0)
-        job_hold = Signal()                # hold_sent | hold_scan, as one register
+        job_hold = Signal()                # a SentInfo in S0..S2 or a scan in S0..S3 (registered)
         m.d.sync += job_hold.eq(s0.is_sent | r0.is_sent | s1.is_sent
                                 | s0.is_scan | r0.is_scan | s1.is_scan | s2.is_scan)
         cpl_room = Signal()                # registered: room for the CUMs in flight
@@ -816,20 +836,20 @@ class SenderReliability(wiring.Component):
         # a SentInfo in S0/S1
         scan_addr = Signal(abits)
         m.d.comb += scan_addr.eq(slot_addr(scan_q, scan_psn))
-        sc_c1 = Signal()
-        sc_c2 = Signal()
-        sc_c3 = Signal()
-        m.d.sync += [sc_c1.eq(r0.is_scan & (r0_addr == scan_addr)),
-                     sc_c2.eq(s1.is_scan & (s1_addr == scan_addr)),
-                     sc_c3.eq(s2.is_scan & (s2_addr == scan_addr))]
+        # (sc_c1..sc_c3 and hold_sent, as one register: scan_blk)
+        scan_blk = Signal()
+        m.d.sync += scan_blk.eq(s0.is_sent | r0.is_sent | s1.is_sent
+                                | (r0.is_scan & (r0_addr == scan_addr))
+                                | (s1.is_scan & (s1_addr == scan_addr))
+                                | (s2.is_scan & (s2_addr == scan_addr)))
         # the scan's wrap test, registered (scan_off, scan_q and outst are stable for the
         # bubble cycle after a scan step; a stale outst only ends a pass early or late by one)
         scan_last = Signal()
         m.d.sync += scan_last.eq((scan_off + 1 >= outst[scan_q]) | ~qvalid[scan_q])
         # (no scan while a SentInfo is in the first input register: it is the head next
         # cycle, the scan's bubble would then hold it while the next one arrives)
-        m.d.comb += scan_go.eq(free0 & ~full_a & ackjob.ongoing("IDLE") & ~to_pending
-                               & ~hold_sent & ~sc_c1 & ~sc_c2 & ~sc_c3)
+        m.d.comb += scan_go.eq(free0 & ~full_a & job_idle & ~to_pending
+                               & ~scan_blk)
         with m.If(sent_go):
             m.d.comb += s0_op.eq(_OP_SENT)
         with m.If(cum_go):
@@ -850,20 +870,26 @@ class SenderReliability(wiring.Component):
             with m.If(scan_last):
                 m.d.sync += [scan_off.eq(0), scan_q.eq(nq), scan_psn.eq(una[nq])]
             with m.Else():
-                m.d.sync += [scan_off.eq(scan_off + 1), scan_psn.eq(scan_psn + 1)]
+                m.d.comb += scan_step.eq(1)
+        # one incrementer moves the scan by one PSN: a scan step, or the cycle after a
+        # timeout (scan_adv: the scan then resumes after the timed-out PSN; to_pending holds
+        # it meanwhile)
+        with m.If(scan_step | scan_adv):
+            m.d.sync += [scan_off.eq(scan_off + 1), scan_psn.eq(scan_psn + 1)]
 
         # ---- stage 1: per-QP PSN state (read and written only here) --------------------
         # what S1 needs is compared / subtracted one cycle early (from the S0 register) against
         # nxt/una as they are then, and corrected in S1 for the update the operation ahead
         # of it (then in S1) made: nxt + 1 (new SentInfo) or una + 1 (CUM) of the same QP
+        # (one subtractor each: psn - nxt is 0 or 1, psn - una is split into its offset and
+        # a high-bits-zero flag)
         q0 = r0_qp[:qb]
         q1 = s1_qp[:qb]
-        nxt1 = Array(Signal(24, name=f"nxt1_{i}") for i in range(qps))    # nxt + 1
         s1_qok = Signal()                  # qp < qps and configured
-        s1_eq0 = Signal()                  # psn == nxt (before the update ahead)
-        s1_eq1 = Signal()                  # psn == nxt + 1
-        s1_d0 = Signal(24)                 # psn - una (before the update ahead)
-        s1_d1 = Signal(24)                 # psn - una - 1
+        s1_dn0 = Signal()                  # bit 0 of psn - nxt (before the update ahead)
+        s1_dnz = Signal(2)                 # its bits 1..11, 12..23 are zero
+        s1_d0 = Signal(obits)              # psn - una (before the update ahead), low bits
+        s1_dhz = Signal()                  # ... and its high bits are zero
         s1_bn = Signal()                   # the operation ahead advanced nxt of this QP
         s1_bu = Signal()                   # the operation ahead advanced una of this QP
         qok1 = s1_qok
@@ -873,26 +899,32 @@ class SenderReliability(wiring.Component):
         m.d.comb += same.eq(q1 == q0)
         s1_nw = Signal()                   # a new SentInfo (not a retransmission) of a valid QP
         m.d.sync += s1_nw.eq(r0.is_sent & ~r0.sent.retx & _lt_c(r0_qp, qps) & qvalid[q0])
+        dn = Signal(24)                    # psn - nxt
+        du = Signal(24)                    # psn - una
+        m.d.comb += [dn.eq(r0_psn - nxt[q0]), du.eq(r0_psn - una[q0])]
         m.d.sync += [s1_qok.eq(_lt_c(r0_qp, qps) & qvalid[q0]),
-                     s1_eq0.eq(r0_psn == nxt[q0]), s1_eq1.eq(r0_psn == nxt1[q0]),
-                     s1_d0.eq(r0_psn - una[q0]), s1_d1.eq(r0_psn + ~una[q0]),
+                     s1_dn0.eq(dn[0]), s1_dnz.eq(Cat(dn[1:12] == 0, dn[12:] == 0)),
+                     s1_d0.eq(du[:obits]), s1_dhz.eq(du[obits:] == 0),
                      s1_bn.eq(new_ok & same), s1_bu.eq(cum_ok & same)]
-        nxt_eq = Signal()
-        m.d.comb += nxt_eq.eq(Mux(s1_bn, s1_eq1, s1_eq0))
+        nxt_eq = Signal()                  # psn - nxt is 1 behind a new PSN of this QP, else 0
+        m.d.comb += nxt_eq.eq(s1_dnz.all() & (s1_dn0 == s1_bn))
         m.d.comb += new_ok.eq(s1_nw & nxt_eq & ~outst[q1][wbits])
         with m.If(new_ok):
-            m.d.sync += [nxt[q1].eq(nxt1[q1]), nxt1[q1].eq(nxt1[q1] + 1),
-                         outst[q1].eq(outst[q1] + 1)]
+            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), outst[q1].eq(outst[q1] + 1)]
         inc(self.sent_dropped, s1.is_sent & ~s1_sent.retx & ~new_ok)
         # a CUM operation always targets una (the ACK job bounded it by outst)
         m.d.comb += cum_ok.eq((s1_op == _OP_CUM) & qok1)
         with m.If(cum_ok):
             m.d.sync += [una[q1].eq(una[q1] + 1), outst[q1].eq(outst[q1] - 1)]
-        off1 = Signal(24)
-        m.d.comb += off1.eq(Mux(s1_bu, s1_d1, s1_d0))
+        # in [una, nxt): 0 <= psn - una < outst, or, behind a CUM of this QP (una + 1),
+        # 1 <= psn - una <= outst (outst < 2**obits: the high bits are zero in both)
+        d_lt = Signal()
+        d_le = Signal()
+        m.d.comb += [d_lt.eq(s1_d0 < outst[q1]), d_le.eq(s1_d0 <= outst[q1])]
+        # (the offset is used by a scan only, never right behind a CUM: no correction)
         m.d.sync += [s2_new_ok.eq(new_ok), s2_qok.eq(qok1),
-                     s2_inr.eq(qok1 & (off1[obits:] == 0) & (off1[:obits] < outst[q1])),
-                     s2_off_lo.eq(off1[:obits]),
+                     s2_inr.eq(qok1 & s1_dhz & Mux(s1_bu, (s1_d0 != 0) & d_le, d_lt)),
+                     s2_off_lo.eq(s1_d0),
                      s2_e0.eq(e0q[q1]), s2_rcm1.eq(rcm1q[q1]), s2_rc0.eq(rc0q[q1])]
         m.d.comb += [ev_w.en.eq((s1_op == _OP_SENT) & _lt_c(s1_qp, qps)
                                 & _lt_c(s1_sent.index, paths)),
@@ -937,15 +969,13 @@ class SenderReliability(wiring.Component):
         # a timeout: retries + 1 (saturating), texp + 1 once retries + 1 >= retry_count
         # (capped at MAX_TIMEOUT_EXP); computed for every read, used by a timed-out scan
         r2 = rd.retries
-        r_next = Signal(4)
-        m.d.comb += r_next.eq(Mux(r2 == 15, 15, r2 + 1))
         e_up = Signal()
         m.d.comb += e_up.eq((r2 != 15) & (s2_rc0 | _ge_v(r2, s2_rcm1))
                             & _lt_c(rd.texp, MAX_TIMEOUT_EXP))
         m.d.sync += [s3_wd.eq(wd), s3_wen.eq(wen), s3_scan.eq((s2_op == _OP_SCAN) & nacked),
                      s3_age.eq(age[10:]),
                      s3_le.eq(Cat(_le_c(rd.texp, k) for k in range(MAX_TIMEOUT_EXP))),
-                     s3_rt.eq(Cat(r_next, Mux(e_up, rd.texp + 1, rd.texp))),
+                     s3_retries.eq(r2), s3_texp.eq(rd.texp), s3_eup.eq(e_up),
                      s3_infl_en.eq((is_sent2 & s2_new_ok) | newly_c),
                      s3_delta.eq(Mux(is_sent2, s2_sent.length, -rd.length)),
                      s3_newly.eq(newly_c), s3_len.eq(rd.length), s3_send.eq(rd.send_ns),
@@ -970,7 +1000,10 @@ class SenderReliability(wiring.Component):
         m.d.comb += to_set.eq(s3_scan & expired & ~to_pending)
         # all write-port inputs come from registers: a timeout's write-back is one cycle
         # later (S4); the operation behind a scan is always a bubble, so S3 never writes then
-        m.d.sync += [s4_tw.eq(to_set), s4_addr.eq(s3_addr), s4_rt.eq(s3_rt)]
+        # {retries, texp} after a timeout of this PSN (computed for every scan)
+        m.d.sync += [s4_tw.eq(to_set), s4_addr.eq(s3_addr),
+                     s4_rt.eq(Cat(Mux(s3_retries == 15, 15, s3_retries + 1)[:4],
+                                  Mux(s3_eup, s3_texp + 1, s3_texp)[:5]))]
         sl_wd = Signal(_Slot)
         m.d.comb += [sl_wd.eq(s3_wd), sl_wd.send_ns.eq(now), sl_w.data.eq(sl_wd)]
         with m.If(s4_tw):
@@ -997,8 +1030,9 @@ class SenderReliability(wiring.Component):
             # to_pending and do nothing; the scan resumes after this PSN once the action is done
             m.d.sync += [to_pending.eq(1), to_wait.eq(0), to.qp.eq(s4_qp), to.psn.eq(s4_psn),
                          to.avoid_index.eq(s4_index), to_ev.eq(s4_ev),
-                         scan_q.eq(s4_qp[:len(scan_q)]), scan_off.eq(s4_off + 1),
-                         scan_psn.eq(s4_psn + 1)]
+                         scan_q.eq(s4_qp[:len(scan_q)]), scan_off.eq(s4_off),
+                         scan_psn.eq(s4_psn)]
+        m.d.sync += scan_adv.eq(s4_tw)
 
         # ---- timeout action (waits 4 cycles: registered profile / GOOD-count tests) -------
         t_idx = to.avoid_index
@@ -1044,6 +1078,7 @@ class SenderReliability(wiring.Component):
         # ---- ECN avoidance slots: entry, expiry cycle, expired flag ------------------
         av_v = Signal(AVOID_SLOTS)
         av_i = [Signal(8, name=f"av_i{i}") for i in range(AVOID_SLOTS)]
+        av_ok = [Signal(name=f"av_ok{i}") for i in range(AVOID_SLOTS)]   # av_i < paths
         av_x = [Signal(24, name=f"av_x{i}") for i in range(AVOID_SLOTS)]
         av_p = Signal(AVOID_SLOTS)             # expired, entry bit not yet cleared
         avb = Signal(paths)                    # entries avoided (one per valid slot)
@@ -1054,6 +1089,9 @@ class SenderReliability(wiring.Component):
         m.d.sync += [avb.eq((avb & ~avb_clr) | avb_set), self.avoid.eq(avb)]
         # expiry compare registered: av_eq[i] = (cyc == av_x[i]) one cycle ago, so the slot
         # is armed with cyc + ecn_hold - 3 and the compare is ignored in the cycle after an arm
+        # (cyc - 3 is cyc three cycles ago: a delay line, no subtractor)
+        cyc_d = [Signal(24, name=f"cyc_d{k}") for k in range(3)]
+        m.d.sync += [cyc_d[0].eq(cyc), cyc_d[1].eq(cyc_d[0]), cyc_d[2].eq(cyc_d[1])]
         av_eq = Signal(AVOID_SLOTS)
         av_arm_r = Signal(AVOID_SLOTS)
         m.d.sync += [av_eq.eq(Cat(cyc == av_x[i] for i in range(AVOID_SLOTS))),
@@ -1065,15 +1103,24 @@ class SenderReliability(wiring.Component):
         m.d.comb += av_pick.eq(Cat(av_p[i] & ~av_p[:i].any() if i else av_p[0]
                                    for i in range(AVOID_SLOTS)))
         # exp_go: a slot was released a cycle ago and not re-armed in that cycle (its av_v
-        # bit now is (av_arm & av_pick) of then: the flag is registered, not compared here)
+        # bit now is (av_arm & av_pick) of then: the flag is registered, not compared here);
+        # exp_idx: that slot's entry (low bits) and whether it is < paths, picked by a tree
+        # of 2:1 multiplexers (the lowest expired slot, as av_pick)
         exp_go = Signal()
-        exp_idx = Signal(8)
-        pick_idx = Const(0, 8)
-        for i in range(AVOID_SLOTS):
-            pick_idx = pick_idx | Mux(av_pick[i], av_i[i], 0)
-        m.d.sync += [exp_go.eq(av_p.any() & ~(av_arm & av_pick).any()), exp_idx.eq(pick_idx)]
-        exp_bit = onehot(exp_idx, "exp_bit")
-        hold_m3 = Signal(24)                   # ecn_hold - 3 (expiry compare is 3 cycles early)
+        exp_idx = Signal(ibits + 1)
+
+        def pick_tree(lo, hi):
+            if hi - lo == 1:
+                return av_p[lo], Cat(av_i[lo][:ibits], av_ok[lo])
+            mid = (lo + hi) // 2
+            a_any, a_val = pick_tree(lo, mid)
+            b_any, b_val = pick_tree(mid, hi)
+            return a_any | b_any, Mux(a_any, a_val, b_val)
+        m.d.sync += [exp_go.eq(av_p.any() & ~(av_arm & av_pick).any()),
+                     exp_idx.eq(pick_tree(0, AVOID_SLOTS)[1])]
+        exp_bit = Signal(paths)
+        m.d.comb += exp_bit.eq(Cat(exp_idx[ibits] & (exp_idx[:ibits] == j) for j in range(paths)))
+        hold = Signal(24)                      # ecn_hold (the job's QP)
         hold_le3 = Signal()
         hold_nz = Signal()
         m.d.sync += [av_v.eq((av_v & ~av_pick & ~av_end) | av_arm),
@@ -1081,26 +1128,24 @@ class SenderReliability(wiring.Component):
                              | Mux(hold_le3, av_arm, 0))]
         for i in range(AVOID_SLOTS):
             with m.If(av_arm[i]):
-                m.d.sync += av_x[i].eq(cyc + hold_m3)
+                m.d.sync += av_x[i].eq(cyc_d[2] + hold)
 
         # ---- finish the ACK ------------------------------------------------------
         need_upd = Signal()
         others = Signal()
         av_hit = Signal(AVOID_SLOTS)
-        av_free = Signal(range(AVOID_SLOTS))
+        av_free = Signal(AVOID_SLOTS)          # the lowest free slot, one-hot
         av_full = Signal()
         hit_bit = Signal(paths)
         fcfg = cfg[job_qp[:qb]]
         with m.If(ackjob.ongoing("FIN0")):
-            free = Signal(range(AVOID_SLOTS))
-            for i in reversed(range(AVOID_SLOTS)):
-                with m.If(~av_v[i]):
-                    m.d.comb += free.eq(i)
             m.d.sync += [need_upd.eq((newly != 0) | f_trim),
                          av_hit.eq(Cat(av_v[i] & (av_i[i] == hit_idx)
                                        for i in range(AVOID_SLOTS))),
-                         av_free.eq(free), av_full.eq(av_v.all()),
-                         hold_m3.eq(fcfg.ecn_hold - 3), hold_le3.eq(_le_c(fcfg.ecn_hold, 3)),
+                         av_free.eq(Cat(~av_v[i] & av_v[:i].all() if i else ~av_v[0]
+                                        for i in range(AVOID_SLOTS))),
+                         av_full.eq(av_v.all()),
+                         hold.eq(fcfg.ecn_hold), hold_le3.eq(_le_c(fcfg.ecn_hold, 3)),
                          hold_nz.eq(fcfg.ecn_hold != 0)]
         with m.If(ackjob.ongoing("FIN1")):
             # idx_bit = onehot(hit_idx) here (FIN0 left without a timeout action pending)
@@ -1113,8 +1158,11 @@ class SenderReliability(wiring.Component):
         m.d.comb += [upd.payload.qp.eq(job_qp), upd.payload.acked.eq(newly),
                      upd.payload.rtt_ns.eq(now - last_send),
                      upd.payload.ecn.eq(f_ecn), upd.payload.trim.eq(f_trim)]
-        m.d.comb += fin_go.eq(ackjob.ongoing("FINISH") & ~to_pending
-                              & (upd.ready | ~need_upd) & (retx_room | ~trim_v))
+        # fin_room = retx_room | ~trim_v, registered from retx_room's own input (trim_v is
+        # stable from WAIT on)
+        fin_room = Signal()
+        m.d.sync += fin_room.eq(_lt_c(retx_f.level, _RETX_DEPTH - 2) | ~trim_v)
+        m.d.comb += fin_go.eq(st_fin & ~to_pending & (upd.ready | ~need_upd) & fin_room)
         m.d.comb += upd.valid.eq(fin_go & need_upd)
         # the finish cycle only hands the update to NSCC; its other actions happen one cycle
         # later (fin_r), from flags registered while FINISH waits (their inputs are stable then)
@@ -1122,9 +1170,20 @@ class SenderReliability(wiring.Component):
         arm_hit = Signal()
         arm_new = Signal()
         clean_hit = Signal()
+        fs_en = Signal()                   # the per-EV counter pulse of the finish: entry, kind
+        fs_idx = Signal(8)
+        fs_kind = Signal(EvCounterKind)
+        m.d.sync += [fs_en.eq(trim_v | (hit_v & f_ecn) | (hit_v & ~f_trim & ~f_probe)),
+                     fs_idx.eq(Mux(trim_v, trim_idx, hit_idx)),
+                     fs_kind.eq(Mux(trim_v, EvCounterKind.TRIM,
+                                    Mux(f_ecn, EvCounterKind.ECN_ECHO, EvCounterKind.CLEAN_ACK)))]
+        arm_oh = Signal(AVOID_SLOTS)       # the slots (re)armed: av_hit or av_free
         m.d.sync += [fin_r.eq(fin_go),
                      arm_hit.eq(f_ecn & hit_v & hold_nz & av_hit.any()),
                      arm_new.eq(f_ecn & hit_v & hold_nz & ~av_hit.any() & others & ~av_full),
+                     arm_oh.eq(Mux(f_ecn & hit_v & hold_nz,
+                                   Mux(av_hit.any(), av_hit, Mux(others & ~av_full, av_free, 0)),
+                                   0)),
                      clean_hit.eq(~f_ecn & ~f_trim & ~f_probe & hit_v)]
         with m.If(fin_r):
             with m.If(trim_v):
@@ -1134,45 +1193,51 @@ class SenderReliability(wiring.Component):
             inc(self.probe_replies, f_probe)
             inc(self.ecn_echoes, f_ecn)
             inc(self.clean_acks, ~f_ecn & ~f_trim & ~f_probe)
-            with m.If(trim_v):
-                stat(trim_idx, EvCounterKind.TRIM)
-            with m.Elif(hit_v & f_ecn):
-                stat(hit_idx, EvCounterKind.ECN_ECHO)
-            with m.Elif(hit_v & ~f_trim & ~f_probe):
-                stat(hit_idx, EvCounterKind.CLEAN_ACK)
-            with m.If(arm_hit):
-                m.d.comb += [av_arm.eq(av_hit), avb_set.eq(hit_bit)]
+            with m.If(fs_en):
+                stat(fs_idx, fs_kind)
+            m.d.comb += av_arm.eq(arm_oh)
+            with m.If(arm_hit | arm_new):
+                m.d.comb += avb_set.eq(hit_bit)
             with m.If(arm_new):
-                m.d.comb += [av_arm.eq(1 << av_free), avb_set.eq(hit_bit)]
                 for i in range(AVOID_SLOTS):
-                    with m.If(av_free == i):
-                        m.d.sync += av_i[i].eq(hit_idx)
+                    with m.If(av_free[i]):
+                        m.d.sync += [av_i[i].eq(hit_idx), av_ok[i].eq(_lt_c(hit_idx, paths))]
             with m.If(clean_hit):
                 m.d.comb += [av_end.eq(av_hit), avb_clr.eq(hit_bit | exp_clr),
                              rc_f.w_en.eq(1), rc_f.w_data.eq(hit_idx)]
 
         # ---- probe reply: search the profile for the echoed EV --------------------
-        # address -> EV table -> registered (EV xor echoed EV) -> compare (three stages; the xor
-        # keeps the register out of the block RAM, see rd above)
+        # address -> EV table -> registered read data (nothing else: the EBR's output register,
+        # see rd above) -> compare.  A SentInfo that writes the entry in the cycle of its read
+        # wins (as a transparent read port): its EV is compared (c1/m1, c2/m2) instead.
         srch_idx = Signal(9)
         srch_left = Signal(9)
         srch_va = Signal()
         srch_vb = Signal()
         srch_ia = Signal(8)
         srch_ib = Signal(8)
-        srch_x = Signal(32)
+        ev_rd = Signal(32)
+        srch_c1 = Signal()                 # the entry read was written in the read's cycle
+        srch_m1 = Signal()                 # ... with the echoed EV
+        srch_c2 = Signal()
+        srch_m2 = Signal()
         srch_vc = Signal()                 # entry srch_ic matches and is marked ASSUMED_BAD
         srch_ic = Signal(8)
         srch_cbit = idx_bit                # onehot(srch_ic) (SEARCH: no timeout action)
         m.d.comb += ev_r.addr.eq(srch_idx)
-        m.d.sync += [srch_vb.eq(srch_va), srch_ib.eq(srch_ia), srch_x.eq(ev_r.data ^ job.ack.ev),
-                     srch_vc.eq(srch_busy & srch_vb & (srch_x == 0) & bit_of(bad, srch_ib)),
+        m.d.sync += [srch_c1.eq(ev_w.en & (ev_w.addr == ev_r.addr)),
+                     srch_m1.eq(ev_w.data == job.ack.ev),
+                     srch_c2.eq(srch_c1), srch_m2.eq(srch_m1), ev_rd.eq(ev_r.data)]
+        m.d.sync += [srch_vb.eq(srch_va), srch_ib.eq(srch_ia),
+                     # (srch_vb implies srch_busy, and srch_ib < paths)
+                     srch_vc.eq(srch_vb & Mux(srch_c2, srch_m2, ev_rd == job.ack.ev)
+                                & bad.bit_select(srch_ib[:ibits], 1)),
                      srch_ic.eq(srch_ib)]
         m.d.sync += idx_bit.eq(onehot(Mux(to_pending, t_idx, Mux(srch_busy, srch_ib, hit_idx)),
                                       "idx_bit_c"))
         srch_clr = Signal(paths)
         more = Signal()                    # registered (srch_left != 0) & (srch_idx < paths)
-        with m.If(fin_go):
+        with m.If(st_fin):                 # (loaded while FINISH waits: the search starts after)
             m.d.sync += [srch_idx.eq(fcfg.profile_base), srch_left.eq(fcfg.profile_count),
                          srch_va.eq(0),
                          more.eq((fcfg.profile_count != 0) & _lt_c(fcfg.profile_base, paths))]
@@ -1225,10 +1290,12 @@ class SenderReliability(wiring.Component):
                     m.d.sync += [p_idx.eq(p_idx + 1), pr_left.eq(pr_left - 1),
                                  pr_stop.eq(pr_l1 | pr_il), pr_l1.eq(pr_left == 2),
                                  pr_il.eq(_ge_c(p_idx, paths - 2))]
+                    # (the payload is loaded at every step: without valid it is not looked at)
+                    m.d.sync += [self.probe.payload.qp.eq(pr_q),
+                                 self.probe.payload.index.eq(p_idx),
+                                 self.probe.payload.ts.eq(now)]
                     with m.If(bad.bit_select(p_idx[:ibits], 1)):
-                        m.d.sync += [self.probe.valid.eq(1), self.probe.payload.qp.eq(pr_q),
-                                     self.probe.payload.index.eq(p_idx),
-                                     self.probe.payload.ts.eq(now)]
+                        m.d.sync += self.probe.valid.eq(1)
                         inc(self.probes_sent)
         # pr_timer holds (cycles to the next round) + 1, so a round reloads it with
         # probe_interval itself (no subtractor); the cycle after the configuration write
@@ -1304,12 +1371,13 @@ class SenderReliability(wiring.Component):
         m.d.sync += [wb_ok.eq(wa_ok), wb_addr.eq(wa_addr),
                      wb_mask.eq(Cat(_le_c(wa_data.profile_base, i) & _gt_c(wa_end, i)
                                     for i in range(paths)))]
-        ctl_clr = Mux(self.ctl_st_en, onehot(self.ctl_st_addr, "ctl_bit"), 0)
+        ctl_clr = Signal(paths)            # registered: the decoder is not behind the port
+        m.d.sync += ctl_clr.eq(Mux(self.ctl_st_en, onehot(self.ctl_st_addr, "ctl_bit"), 0))
         m.d.comb += bad_clr.eq(srch_clr | Mux(wb_ok, wb_mask, 0) | ctl_clr)
         with m.If(wa_ok):
             a = wa_addr
             m.d.sync += [cfg[a].eq(wa_data), qvalid[a].eq(1), una[a].eq(wa_data.start_psn),
-                         nxt[a].eq(wa_data.start_psn), nxt1[a].eq(wa_data.start_psn + 1),
+                         nxt[a].eq(wa_data.start_psn),
                          outst[a].eq(0), infl[a].eq(0),
                          pr_zero[a].eq(0), pr_hold[a].eq(1),
                          pr_one[a].eq(wa_data.probe_interval == 1),

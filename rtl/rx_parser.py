@@ -255,9 +255,9 @@ class RxParser(wiring.Component):
     parser's stall is a register computed from the next values of its terms
     (space check, verdict pending, buffer full), so the beat-taken enable is one
     LUT level; beat positions are one-hots and registered decodes of the beat
-    counters; wide compares (DA, DMALEN, the header-check summary, the ICRC
-    expected value) are registered in parts and combined a cycle later; the ICRC
-    verdict is patched into the meta word as it is written; HEAD steps of the
+    counters; wide compares (DA in 16-bit pieces, DMALEN, the header checks'
+    flags, the ICRC in quarters) are registered in parts and combined a cycle
+    later; the ICRC verdict is patched into the meta word as it is written; HEAD steps of the
     read side are a registered one-hot; the buffer is read through the block RAM's
     output register (``rdw``), which also drives ``payload`` (no logic after
     it); the region checker registers the region word before comparing; the
@@ -536,26 +536,28 @@ class RxParser(wiring.Component):
 
         def da_eq(target, lanes, j0):
             return Cat(*[lane(ln) == da_byte(target, j0 + i) for i, ln in enumerate(lanes)]).all()
-        # the three beats' compares are registered (g*), then folded into da6 / dip
+        # the three beats' compares are registered in 16-bit pieces (two lanes each, at most
+        # 3 LUT levels), then folded into da6 / dip
         da6, dip = _data(), _data()
-        # (beat 5's and 6's compares in two halves: at most 32-bit compares)
-        g4s, g4i, g5s, g5i, g5s_h, g5i_h, g6s, g6i, g6s_h, g6i_h = (_data() for _ in range(10))
-        da_p = Signal(3)                   # g* hold the compares of beat 4, 5, 6
-        m.d.sync += [g4s.eq(da_eq(da_srv6, [6, 7], 0)), g4i.eq(da_eq(self.own_ip, [6, 7], 0)),
-                     g5s.eq(da_eq(da_srv6, range(4), 2)), g5i.eq(da_eq(self.own_ip, range(4), 2)),
-                     g5s_h.eq(da_eq(da_srv6, range(4, 8), 6)),
-                     g5i_h.eq(da_eq(self.own_ip, range(4, 8), 6)),
-                     g6s.eq(da_eq(da_srv6, range(3), 10)),
-                     g6i.eq(da_eq(self.own_ip, range(3), 10)),
-                     g6s_h.eq(da_eq(da_srv6, range(3, 6), 13)),
-                     g6i_h.eq(da_eq(self.own_ip, range(3, 6), 13)),
-                     da_p.eq(Cat(fire & bt[4], fire & bt[5], fire & bt[6]))]
+        da_p = Signal(3)                   # the pieces hold the compares of beat 4, 5, 6
+        da_s, da_i = [], []                # per beat: all pieces equal (SRV6 form, own_ip)
+        for bi, (lanes, j0) in enumerate((([6, 7], 0), (list(range(8)), 2), (list(range(6)), 10))):
+            ps, pi = [], []
+            for k in range(0, len(lanes), 2):
+                gs, gi = _data(name=f"da_s{bi}_{k // 2}"), _data(name=f"da_i{bi}_{k // 2}")
+                m.d.sync += [gs.eq(da_eq(da_srv6, lanes[k:k + 2], j0 + k)),
+                             gi.eq(da_eq(self.own_ip, lanes[k:k + 2], j0 + k))]
+                ps.append(gs)
+                pi.append(gi)
+            da_s.append(Cat(*ps).all())
+            da_i.append(Cat(*pi).all())
+        m.d.sync += da_p.eq(Cat(fire & bt[4], fire & bt[5], fire & bt[6]))
         with m.If(da_p[0]):
-            m.d.sync += [da6.eq(g4s), dip.eq(g4i)]
+            m.d.sync += [da6.eq(da_s[0]), dip.eq(da_i[0])]
         with m.If(da_p[1]):
-            m.d.sync += [da6.eq(da6 & g5s & g5s_h), dip.eq(dip & g5i & g5i_h)]
+            m.d.sync += [da6.eq(da6 & da_s[1]), dip.eq(dip & da_i[1])]
         with m.If(da_p[2]):
-            m.d.sync += [da6.eq(da6 & g6s & g6s_h), dip.eq(dip & g6i & g6i_h)]
+            m.d.sync += [da6.eq(da6 & da_s[2]), dip.eq(dip & da_i[2])]
 
         srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
         with m.If(fire & bt[6]):
@@ -721,13 +723,15 @@ class RxParser(wiring.Component):
             R.QPN: ~qp_found,
         }.items():
             m.d.comb += hdr_flags[reason - R.NEXT_HEADER].eq(expr)
-        # (registered every cycle: a frame that is not a RUNT ends at rel 3 or later, and its
-        # verdict, at least one cycle after its last beat, sees every field it needs)
-        hdr_bad, hdr_reason = _data(), _data(4)
-        m.d.sync += hdr_bad.eq(hdr_flags.any())
+        # (the summary and the flags are registered every cycle: a frame that is not a RUNT
+        # ends at rel 3 or later, and its verdict, at least one cycle after its last beat,
+        # sees every field it needs; the reason is decoded from the flags after the register)
+        hdr_f, hdr_bad = _data(len(hdr_flags)), _data()
+        m.d.sync += [hdr_f.eq(hdr_flags), hdr_bad.eq(hdr_flags.any())]
+        hdr_reason = Signal(4)
         for i in reversed(range(len(hdr_flags))):
-            with m.If(hdr_flags[i]):
-                m.d.sync += hdr_reason.eq(R.NEXT_HEADER + i)
+            with m.If(hdr_f[i]):
+                m.d.comb += hdr_reason.eq(R.NEXT_HEADER + i)
         early_reason = Signal(4)
         early = [(ef_framing, R.FRAMING), (eth_bad, R.ETHERTYPE), (ef_runt, R.RUNT),
                  (ver_bad, R.VERSION), (ef_len, R.IPV6_LENGTH)]
@@ -737,16 +741,21 @@ class RxParser(wiring.Component):
                 m.d.comb += early_reason.eq(reason)
         cand = ~(ef_framing | eth_bad | ef_runt | ver_bad | ef_len | hdr_bad)
         # zero bytes after the ICRC in the last beat: -(IPv6 payload length + 54) mod 8
-        # (the expected value registered every cycle: plen is final from beat 7 on)
         fill = ~plen[0:3]
-        exp_crc = _data(32)
-        m.d.sync += exp_crc.eq(Array(Const(c, 32) for c in _ICRC_PADDED)[fill])
-        # ICRC verdict, registered every cycle (crc and exp_crc hold until the verdict is
-        # written: the next frame's first beat is taken at the earliest with it, and reaches
-        # crc two cycles later), and patched into the meta word on its way into the buffer
-        # (wr_meta, two cycles after the verdict: the meta word waits in mw_*)
-        icrc_bad = _data()
-        m.d.sync += icrc_bad.eq(~trimmed & (crc32_final(crc) != exp_crc))
+        # ICRC verdict: each CRC bit against its expected value for this fill (one LUT: the
+        # bit and the 3 fill bits), ORed in quarters and registered every cycle (crc and
+        # plen hold until the verdict is written: the next frame's first beat is taken at the
+        # earliest with it, and reaches crc two cycles later, plen four cycles later); the
+        # quarters are combined as the verdict is patched into the meta word on its way into
+        # the buffer (wr_meta, two cycles after the verdict: the meta word waits in mw_*)
+        crc_ne = Signal(32)
+        crc_f = crc32_final(crc)
+        for j in range(32):
+            m.d.comb += crc_ne[j].eq(crc_f[j] ^ Array(Const(c >> j & 1, 1)
+                                                      for c in _ICRC_PADDED)[fill])
+        icrc_ne = _data(4)
+        m.d.sync += icrc_ne.eq(Cat(*[crc_ne[8 * i:8 * i + 8].any() for i in range(4)]))
+        icrc_bad = ~trimmed & icrc_ne.any()
         meta = Signal(_Meta)
         m.d.comb += [
             meta.cand.eq(cand), meta.reason.eq(early_reason), meta.port.eq(port_r),
@@ -1002,18 +1011,17 @@ class RxParser(wiring.Component):
         ra_q = _data(97)
         m.d.sync += ra_q.eq(mr_ra.data)
         r_valid, r_rkey, r_va = ra_q[0], ra_q[1:33], ra_q[33:97]
-        # 0 <= VA - region VA < 2**32: the low halves' difference, and the high halves equal
-        # (no borrow) or one apart (borrow)
+        # 0 <= VA - region VA < 2**32: the low halves' difference, and the high halves'
+        # difference (two registered subtractions) equal to the low halves' borrow
         d1 = Signal(33)
-        va_hi_m1 = _data(32)               # (registered: o_va is loaded two steps earlier)
         m.d.comb += d1.eq(o_va[0:32] - r_va[0:32])
-        m.d.sync += va_hi_m1.eq(o_va[32:64] - 1)
-        borrow, hi_eq0, hi_eq1 = _data(), _data(), _data()
+        borrow, d_hi = _data(), _data(32)
         m.d.sync += [d1_lo.eq(d1[0:32]), borrow.eq(d1[32]),
-                     hi_eq0.eq(o_va[32:64] == r_va[32:64]), hi_eq1.eq(va_hi_m1 == r_va[32:64]),
+                     d_hi.eq(o_va[32:64] - r_va[32:64]),
                      ok_a.eq(act_a & r_valid & (r_rkey == rkey)),
                      base_b.eq(mr_rb.data),
-                     e_end.eq(d1_lo + dmalen), ok_b.eq(ok_a & Mux(borrow, hi_eq1, hi_eq0)),
+                     e_end.eq(d1_lo + dmalen),
+                     ok_b.eq(ok_a & ~d_hi[1:32].any() & (d_hi[0] == borrow)),
                      addr_c.eq(base_b + d1_lo), len_c.eq(mr_rc.data)]
         room = Signal(34)                  # len - end: a carry chain, its sign bit the compare
         m.d.comb += room.eq(len_c - e_end)

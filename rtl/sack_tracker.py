@@ -316,11 +316,16 @@ class SackTracker(wiring.Component):
         ack_lo = Signal(wbits)          # ... PSN (low bits) of the word read next: e + 16 j
         prev = Signal(_W, reset_less=True)
 
+        cur_kd = Signal(reset_less=True)        # cur is a DATA packet, not trimmed
+        cur_dt = Signal(reset_less=True)        # ... a trimmed DATA packet
+        cur_pr = Signal(reset_less=True)        # ... a PROBE
         m.d.sync += in_class.eq(take)
         with m.If(take):
             m.d.sync += [q.eq(nxt.qp), ack_timer.eq(0)]
         with m.If(in_class):
-            m.d.sync += cur.eq(nxt)
+            m.d.sync += [cur.eq(nxt), cur_kd.eq(nxt_kd),
+                         cur_dt.eq((nxt.kind == RxKind.DATA) & nxt.trimmed),
+                         cur_pr.eq(nxt.kind == RxKind.PROBE)]
 
         # One QP's arithmetic, shared by every state: e = ePSN of QP q, e1 = e + 1 (register:
         # loaded in CLASS, stepped with every slide).
@@ -349,6 +354,8 @@ class SackTracker(wiring.Component):
         new_data = Signal()             # new_w for a non-trimmed DATA packet not yet placed
         is_new = Signal()
         is_dup = Signal()
+        # CHECK's "nothing more to do" (no slide, no ACK) for a non-trimmed DATA packet
+        fin = ~is_dup & ~(is_new & ((at_e & (last_wrap | next_set)) | hit_ce))
         m.d.comb += [
             is_new.eq(new_w & ~bit_cur),
             is_dup.eq(dup_w | (new_w & bit_cur)),
@@ -489,18 +496,18 @@ class SackTracker(wiring.Component):
             with m.State("CHECK"):
                 m.d.comb += rd_lo.eq(cur.psn)                     # hold while stalled
                 m.d.sync += [ack_probe.eq(0), ack_nack.eq(0)]
-                # the ACK's first word: e, or e + 1 after a new in-order data packet
-                ack_first = Mux(new_data & ~bit_cur & at_e, e1, e)
-                ack_regs(ack_first)
-                with m.If(cur.kind == RxKind.DATA):
-                    with m.If(cur.trimmed):
-                        with m.If(~qp_ok):
-                            m.d.comb += cnt["out_of_window"].eq(1)
-                            finish()
-                        with m.Else():
-                            m.d.sync += [ack_nack.eq(1), ack_flags.eq(wire.SACK_TRIM_NACK)]
-                            start_ack(e, load=False)
-                    with m.Elif(place_free):
+                # the ACK's first word: e's (after a new in-order data packet the ACK starts
+                # at e + 1, in the same word: a slide into the next word goes through LOAD)
+                ack_regs(e)
+                with m.If(cur_dt):
+                    with m.If(~qp_ok):
+                        m.d.comb += cnt["out_of_window"].eq(1)
+                        finish()
+                    with m.Else():
+                        m.d.sync += [ack_nack.eq(1), ack_flags.eq(wire.SACK_TRIM_NACK)]
+                        start_ack(e, load=False)
+                with m.Elif(cur_kd):
+                    with m.If(place_free):
                         m.d.comb += [place_we.eq(1), seen_we.eq(is_seen)]
                         trig = Signal()
                         ce = Signal()
@@ -521,8 +528,7 @@ class SackTracker(wiring.Component):
                         m.d.sync += ack_need.eq(trig | ce)
                         # Nothing more (no slide, no ACK): decided from registers only.
                         # In order: slide on through the registered word (or the next word).
-                        with m.If(~is_dup & ~(is_new & ((at_e & (last_wrap | next_set))
-                                                         | hit_ce))):
+                        with m.If(fin):
                             finish()
                         with m.Elif(is_new & at_e & cur.last):
                             m.next = "SETTLE"
@@ -532,10 +538,10 @@ class SackTracker(wiring.Component):
                         with m.Elif(is_new & at_e & next_set):
                             m.next = "ADVANCE"
                         with m.Elif(trig | ce):
-                            start_ack(ack_first, load=False)
+                            start_ack(e, load=False)
                         with m.Else():
                             finish()
-                with m.Elif((cur.kind == RxKind.PROBE) & qp_ok):
+                with m.Elif(cur_pr & qp_ok):
                     m.d.sync += [ack_probe.eq(1), ack_flags.eq(wire.SACK_PROBE_REPLY)]
                     start_ack(e, load=False)
                 with m.Else():

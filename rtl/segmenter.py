@@ -590,6 +590,7 @@ class Segmenter(wiring.Component):
         dec_used_r = Signal()                          # ... last cycle
         rx_load = Signal()
         in_load = Signal()          # == state LOAD, as a flip-flop
+        in_req = Signal()           # == state REQ, as a flip-flop (the spray FIFO's write enable)
         rx_push = Signal()
         dec_for_retx = Signal()     # registered: WAIT and the decision at the head is ours
         room_ok = Signal()          # per-packet FIFOs can take a packet (see the cutter)
@@ -768,10 +769,12 @@ class Segmenter(wiring.Component):
             with m.State("LOAD"), m.If(room_ok):
                 m.d.sync += in_load.eq(0)
                 m.d.sync += [rx_tries.eq(0), self.retransmits.eq(self.retransmits + 1)]
+                m.d.sync += in_req.eq(1)
                 m.next = "REQ"
             with m.State("REQ"):
-                m.d.comb += rx_push.eq(sq.w_rdy)
+                m.d.comb += rx_push.eq(in_req & sq.w_rdy)
                 with m.If(sq.w_rdy):
+                    m.d.sync += in_req.eq(0)
                     m.d.sync += [rx_tries.eq(rx_tries + 1),
                                  rx_skip.eq(nout),
                                  dec_for_retx.eq(nout == 0)]
@@ -786,6 +789,7 @@ class Segmenter(wiring.Component):
                     with m.If(d_valid):
                         m.d.sync += dec_for_retx.eq(0)
                         with m.If(d_refuse):
+                            m.d.sync += in_req.eq(1)
                             m.next = "REQ"
                         with m.Else():
                             with m.If(d_same):
@@ -1082,7 +1086,7 @@ class Segmenter(wiring.Component):
         # ``rready`` is constant 1) -> read, framed at the read: 2-cycle read through the
         # EBR's output register (``pf_q`` takes the RAM data and nothing else) -> a small
         # output FIFO (distributed RAM, registered output) that ``payload`` leaves from.
-        # A read is issued only while the output FIFO has room for it (``ob_ok``).
+        # A read is issued only while the output FIFO has room for it (``rd_ok``).
         depth = self.fifo_depth
         pow2 = (depth & (depth - 1)) == 0
         m.submodules.payload_ram = pram = memory.Memory(
@@ -1109,9 +1113,12 @@ class Segmenter(wiring.Component):
         a_ne0 = Signal()
         a_ne1 = Signal(init=1)
         rd = Signal()
+        rd_ok = Signal()        # a beat to read and room for it in the output FIFO (registered)
+        a_ne0_n = Signal()
+        m.d.comb += a_ne0_n.eq(Mux(axi.rvalid, Mux(rd, a_ne0, 1), Mux(rd, a_ne1, a_ne0)))
         m.d.sync += [
             avail.eq(avail + axi.rvalid - rd),
-            a_ne0.eq(Mux(axi.rvalid, Mux(rd, a_ne0, 1), Mux(rd, a_ne1, a_ne0))),
+            a_ne0.eq(a_ne0_n),
             a_ne1.eq(Mux(axi.rvalid, Mux(rd, avail != 1, avail != 0), Mux(rd, avail != 2, avail != 1))),
         ]
         with m.If(rd):
@@ -1126,7 +1133,8 @@ class Segmenter(wiring.Component):
         fhead = _FrameInfo(fi.r_data)
         f_load = Signal()
         m.d.comb += [
-            f_load.eq(fi.r_rdy & (~f_valid | (rd & f_last))),
+            # one LUT of flip-flops (rd_ok, not rd): the FIFO's read enable is shallow
+            f_load.eq(fi.r_rdy & (~f_valid | (rd_ok & f_last))),
             fi.r_en.eq(f_load),
         ]
         with m.If(f_load):
@@ -1143,17 +1151,18 @@ class Segmenter(wiring.Component):
         ob_depth = 9            # 8 in distributed RAM + the output register
         m.submodules.payload_out = ob = fifo.SyncFIFOBuffered(width=64 + 8 + 1 + 1, depth=ob_depth)
         ob_cnt = Signal(range(ob_depth + 1))
-        ob_ok = Signal(init=1)
         ps = self.payload
         pop = Signal()
         m.d.comb += [
-            rd.eq(a_ne0 & ob_ok & f_valid),
+            rd.eq(rd_ok & f_valid),
             pop.eq(ob.r_rdy & ps.tready),
         ]
+        ob_ok_n = Signal()      # room for a read next cycle (in ``rd_ok``)
+        m.d.comb += ob_ok_n.eq(Mux(rd & ~pop, ob_cnt < ob_depth - 1,
+                                   Mux(pop & ~rd, 1, ob_cnt < ob_depth)))
         m.d.sync += [
             ob_cnt.eq(ob_cnt + rd - pop),
-            ob_ok.eq(Mux(rd & ~pop, ob_cnt < ob_depth - 1,
-                         Mux(pop & ~rd, 1, ob_cnt < ob_depth))),
+            rd_ok.eq(a_ne0_n & ob_ok_n),
         ]
         # read pipeline: rd -> (EBR) -> pf_q (EBR output register) -> output FIFO
         s1_v = Signal()

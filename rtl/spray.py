@@ -381,6 +381,7 @@ class SprayScheduler(wiring.Component):
         b_nfg = [Signal(gbits, name=f"b_nfg{g}") for g in range(n_grp)]
         b_nfoh = [Signal(16, name=f"b_nfoh{g}") for g in range(n_grp)]
         b_nfab = [Signal(16, name=f"b_nfab{g}") for g in range(n_grp)]
+        b_nfi = [Signal(4, name=f"b_nfi{g}") for g in range(n_grp)]     # index of b_nfoh[g]
         # the request ahead of this one is now in C / D / E and has the same key (registered
         # when this request entered B)
         b_eq_c, b_eq_d, b_eq_e = Signal(name="b_eq_c"), Signal(name="b_eq_d"), Signal(name="b_eq_e")
@@ -389,12 +390,13 @@ class SprayScheduler(wiring.Component):
         b_idx, b_ok, b_n, b_fst, b_w = (Signal(8, name="b_idx"), Signal(name="b_ok"),
                                         Signal(8, name="b_n"), Signal(name="b_fst"),
                                         Signal(8, name="b_w"))
-        b_nf = list(zip(b_nfg, b_nfoh, b_nfab))
+        b_more = Signal(name="b_more")  # b_fst | (b_n < b_w), compared at the read
+        b_nf = list(zip(b_nfg, b_nfoh, b_nfab, b_nfi))
 
-        def nf_of(g):                   # (group, one-hot, above) of b_nf[g]
+        def nf_of(g):                   # (group, one-hot, above, in-group index) of b_nf[g]
             if n_grp == 1:
                 return b_nf[0]
-            return tuple(Array(x[i] for x in b_nf)[g] for i in range(3))
+            return tuple(Array(x[i] for x in b_nf)[g] for i in range(4))
 
         def grp_of(vec, g):             # 16-bit group g of a depth-bit vector
             return Array(groups(vec))[g] if n_grp > 1 else vec
@@ -416,8 +418,9 @@ class SprayScheduler(wiring.Component):
         c_nfg, c_nfoh = Signal(gbits, name="c_nfg"), Signal(16, name="c_nfoh")
         # from registers, off the loop: the bits above c / the next-group candidate, its index
         c_nfab = Signal(16, name="c_nfab")
+        c_nfi = Signal(4, name="c_nfi")  # index of c_nfoh in its group (registered, no encoder)
         c_ab = _above(m, c_oh, "c")
-        c_nfidx = Cat(_encode(c_nfoh), c_nfg)[:8]
+        c_nfidx = Cat(c_nfi, c_nfg)[:8]
 
         # Per-QP state: {position index, decisions in a row, == 1, weight snapshot} in a LUT RAM
         # (written by D, read asynchronously at the A -> B edge); "has a position" in flip-flops
@@ -464,9 +467,11 @@ class SprayScheduler(wiring.Component):
         e_g, e_oh, e_ab = Signal(gbits, name="e_g"), Signal(16, name="e_oh"), Signal(16, name="e_ab")
         e_n, e_first, e_w = Signal(8, name="e_n"), Signal(name="e_first"), Signal(8, name="e_w")
         e_index = Signal(8, name="e_index")
+        d_more, e_more = Signal(name="d_more"), Signal(name="e_more")   # first | n < w
+        m.d.comb += d_more.eq(d_first | (d_n < d_w))
         m.d.sync += [e_valid.eq(d_valid), e_key.eq(d_key), e_g.eq(d_g), e_oh.eq(d_oh),
                      e_ab.eq(d_ab), e_index.eq(d_index), e_n.eq(d_n), e_first.eq(d_first),
-                     e_w.eq(d_w)]
+                     e_w.eq(d_w), e_more.eq(d_more)]
         # ---- stage D and output: per client a skid FIFO, a table read port, a decision -----
         out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index, table)
                for k, dec in enumerate(decs)]
@@ -506,12 +511,14 @@ class SprayScheduler(wiring.Component):
         m.d.sync += [b_nfg[g].eq(a_nf[g][0]) for g in range(n_grp)]
         m.d.sync += [b_nfoh[g].eq(a_nf[g][1]) for g in range(n_grp)]
         m.d.sync += [b_nfab[g].eq(a_nf[g][2]) for g in range(n_grp)]
+        m.d.sync += [b_nfi[g].eq(_encode(a_nf[g][1])) for g in range(n_grp)]
         m.d.sync += [b_eq_c.eq(b_valid & (b_key == a_key)), b_eq_d.eq(c_valid & (c_key == a_key)),
                      b_eq_e.eq(d_valid & (d_key == a_key))]
         m.d.comb += qp_rp.addr.eq(a_key)
         pos = qp_rp.data.cur
         m.d.sync += [b_g.eq(pos[4:4 + gbits]), b_idx.eq(pos), b_ok.eq(cur_ok.bit_select(a_key, 1)),
-                     b_n.eq(qp_rp.data.cnt), b_fst.eq(qp_rp.data.fst), b_w.eq(qp_rp.data.wgt)]
+                     b_n.eq(qp_rp.data.cnt), b_fst.eq(qp_rp.data.fst), b_w.eq(qp_rp.data.wgt),
+                     b_more.eq(qp_rp.data.fst | (qp_rp.data.cnt < qp_rp.data.wgt))]
         m.d.sync += [b_oh[b].eq(pos[:4] == b) for b in range(16)]
         m.d.sync += [b_ab[b].eq(pos[:4] < b) for b in range(16)]
         m.d.sync += c_valid.eq(b_valid)
@@ -525,15 +532,15 @@ class SprayScheduler(wiring.Component):
         with m.If(b_eq_d):
             m.d.comb += [o_g.eq(d_g), o_oh.eq(d_oh), o_ab.eq(d_ab), o_idx.eq(d_index), o_ok.eq(1),
                          o_n.eq(d_n), o_first.eq(d_first), o_w.eq(d_w),
-                         o_more.eq(d_first | (d_n < d_w))]
+                         o_more.eq(d_more)]
         with m.Elif(b_eq_e):
             m.d.comb += [o_g.eq(e_g), o_oh.eq(e_oh), o_ab.eq(e_ab), o_idx.eq(e_index), o_ok.eq(1),
                          o_n.eq(e_n), o_first.eq(e_first), o_w.eq(e_w),
-                         o_more.eq(e_first | (e_n < e_w))]
+                         o_more.eq(e_more)]
         with m.Else():
             m.d.comb += [o_g.eq(b_g), o_oh.eq(b_oh), o_ab.eq(b_ab), o_idx.eq(b_idx), o_ok.eq(b_ok),
                          o_n.eq(b_n), o_first.eq(b_fst), o_w.eq(b_w),
-                         o_more.eq(b_fst | (b_n < b_w))]
+                         o_more.eq(b_more)]
         bc_o, bm_o = grp_of(b_cand, o_g), grp_of(b_multi, o_g)
         # C's pick forwarded: B's candidates / multi / next-group candidate in the group of c
         # and of c's next-group candidate, each from registers (not muxed by the pick)
@@ -541,15 +548,18 @@ class SprayScheduler(wiring.Component):
                                   Signal(16, name="bc_f"), Signal(16, name="bm_f"))
         m.d.comb += [bc_c.eq(grp_of(b_cand, c_g)), bm_c.eq(grp_of(b_multi, c_g)),
                      bc_f.eq(grp_of(b_cand, c_nfg)), bm_f.eq(grp_of(b_multi, c_nfg))]
-        nf_c = (Signal(gbits, name="nf_c_g"), Signal(16, name="nf_c_oh"), Signal(16, name="nf_c_ab"))
-        nf_f = (Signal(gbits, name="nf_f_g"), Signal(16, name="nf_f_oh"), Signal(16, name="nf_f_ab"))
+        nf_c = (Signal(gbits, name="nf_c_g"), Signal(16, name="nf_c_oh"), Signal(16, name="nf_c_ab"),
+                Signal(4, name="nf_c_i"))
+        nf_f = (Signal(gbits, name="nf_f_g"), Signal(16, name="nf_f_oh"), Signal(16, name="nf_f_ab"),
+                Signal(4, name="nf_f_i"))
         m.d.comb += [x.eq(y) for x, y in zip(nf_c, nf_of(c_g))]
         m.d.comb += [x.eq(y) for x, y in zip(nf_f, nf_of(c_nfg))]
 
         # C's next state, field by field: the three forwarded options R (repeat), N (next in
-        # the group), F (next group) and the other sources' O, arranged so that ``repeat`` (the
-        # latest signal of the loop) is the last mux: Mux(repeat, R or O, N/F or O).
-        regs = (c_g, c_oh, c_idx, c_x, c_v, c_first, n, c_w, c_more, c_nfg, c_nfoh, c_nfab)
+        # the group), F (next group) and the other sources' O, arranged so that the last mux is
+        # selected by ``b_eq_c & ~repeat`` (``repeat`` is the latest signal of the loop) between
+        # the search's pick (N/F) and R-or-O: one LUT level after the search and ``repeat``.
+        regs = (c_g, c_oh, c_idx, c_x, c_v, c_first, n, c_w, c_more, c_nfg, c_nfoh, c_nfab, c_nfi)
         opt_r = (c_g, c_oh, c_idx, bc_c & c_ab, bc_c, 0, n + 1, table.wt_data,
                  # n + 1 < weight: from the snapshot, or (n == 1) the weight read now
                  Mux(c_first, table.wt_ge3, n + 1 < c_w),
@@ -565,10 +575,8 @@ class SprayScheduler(wiring.Component):
             # back at the end of the last cycle, after B read the QP's registers), else B's read.
             for reg, r, nn, f, o in zip(regs, opt_r, opt_n, opt_f, opt_o):
                 if_r = Signal.like(reg, name=f"{reg.name}_if_r")
-                if_t = Signal.like(reg, name=f"{reg.name}_if_t")
-                m.d.comb += [if_r.eq(Mux(b_eq_c, r, o)),
-                             if_t.eq(Mux(b_eq_c, Mux(any_in, nn, f), o))]
-                m.d.sync += reg.eq(Mux(repeat, if_r, if_t))
+                m.d.comb += if_r.eq(Mux(b_eq_c, r, o))
+                m.d.sync += reg.eq(Mux(b_eq_c & ~repeat, Mux(any_in, nn, f), if_r))
         return m
 
     def _client(self, key):

@@ -15,7 +15,8 @@ import random
 
 import pytest
 from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
 from amaranth.sim import Simulator
 
 from mrcnic.boards.build import (make_top, parse_pnr_utilisation, parse_report,
@@ -177,7 +178,7 @@ class _RegsHarness(wiring.Component):
         self.regs = BoardRegs(512)
         self.split = AxilSplit()
         self.mem = HostMemory(2048)
-        super().__init__({})
+        super().__init__({"rx_counters": In(data.ArrayLayout(32, 10)), "rx_free": In(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -187,6 +188,13 @@ class _RegsHarness(wiring.Component):
         m.d.comb += [h.win_addr.eq(r.win_addr), h.win_we.eq(r.win_we), h.win_re.eq(r.win_re),
                      h.win_wdata.eq(r.win_wdata), r.win_rdata.eq(h.win_rdata),
                      r.win_done.eq(h.win_done)]
+        # the MACs' RX counter read ports (EthMacRx cnt_*): the word at mac_rd_addr,
+        # registered, loaded only while ``rx_free`` (the counter RAM is not busy)
+        for p in range(2):
+            with m.If(self.rx_free):
+                m.d.sync += r.mac_rd_data[p].eq(
+                    self.rx_counters.as_value().word_select(5 * p + r.mac_rd_addr, 32))
+            m.d.sync += r.mac_rd_fresh[p].eq(self.rx_free)
         return m
 
 
@@ -235,7 +243,8 @@ class _SplitHarness(wiring.Component):
         m.submodules.split, m.submodules.csr, m.submodules.regs = self.split, self.csr, self.regs
         wiring.connect(m, self.split.m0_axil, self.csr.s_axil)
         wiring.connect(m, self.split.m1_axil, self.regs.s_axil)
-        m.d.comb += self.regs.win_done.eq(self.regs.win_we | self.regs.win_re)
+        m.d.comb += [self.regs.win_done.eq(self.regs.win_we | self.regs.win_re),
+                     self.regs.mac_rd_fresh.eq(0b11)]      # MAC counter RAMs never busy
         return m
 
 
@@ -316,6 +325,7 @@ def test_board_regs():
 
     async def bench(ctx):
         regs = dut.regs
+        ctx.set(dut.rx_free, 1)
         await ctx.tick()
         assert await _lite_read(ctx, s, 0x800) == (0x42524431, 0)
         assert (await _lite_read(ctx, s, 0x80C))[0] == 512
@@ -333,12 +343,34 @@ def test_board_regs():
         assert await _lite_read(ctx, s, 0x808) == (0, 2)            # WR_POST: write-only
         # MAC / NIC counters: each register reads its own input
         for i in range(14):
-            ctx.set(regs.counters[i], 0x1000_0000 * (i % 8) + 0x100 * i + 1)
+            value = 0x1000_0000 * (i % 8) + 0x100 * i + 1
+            if i % 7 < 2:
+                ctx.set(regs.tx_counters[2 * (i // 7) + i % 7], value)
+            else:
+                ctx.set(dut.rx_counters[5 * (i // 7) + i % 7 - 2], value)
         for i in range(5):
             ctx.set(regs.nic_stats[i], 0xABC0_0000 + i)
-        for i in range(14):
-            off = 0x840 + 0x20 * (i // 7) + 4 * (i % 7)
-            assert await _lite_read(ctx, s, off) == (0x1000_0000 * (i % 8) + 0x100 * i + 1, 0)
+        for busy in (0, 1):
+            # a busy counter RAM (rx_free low) holds the read until it is free again
+            ctx.set(dut.rx_free, not busy)
+            for i in range(14):
+                off = 0x840 + 0x20 * (i // 7) + 4 * (i % 7)
+                if busy:
+                    ctx.set(dut.rx_free, 0)
+                    ctx.set(s.araddr, off)
+                    ctx.set(s.arvalid, 1)
+                    await ctx.tick().until(s.arready)
+                    ctx.set(s.arvalid, 0)
+                    for _ in range(8):
+                        await ctx.tick()
+                        assert not ctx.get(s.rvalid)        # waits for the RAM
+                    ctx.set(dut.rx_free, 1)
+                    ctx.set(s.rready, 1)
+                    got = await ctx.tick().sample(s.rdata, s.rresp).until(s.rvalid)
+                    ctx.set(s.rready, 0)
+                else:
+                    got = await _lite_read(ctx, s, off)
+                assert got == (0x1000_0000 * (i % 8) + 0x100 * i + 1, 0), (hex(off), got)
         for i in range(5):
             assert await _lite_read(ctx, s, 0x880 + 4 * i) == (0xABC0_0000 + i, 0)
         assert await _lite_write(ctx, s, 0x808, 1) == 0
@@ -363,7 +395,10 @@ def test_board_regs():
         assert hi >> 31 == 1
         assert lo | ((hi & 0x7FFF_FFFF) << 32) == cpl
         assert (await _lite_read(ctx, s, 0x834))[0] == 0
+        done.append(1)
+    done = []
     _sim(dut, bench, deadline=40_000)
+    assert done                                 # the bench ran to its end
 
 
 def test_port_admin_gate():
