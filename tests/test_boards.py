@@ -408,13 +408,18 @@ def test_port_admin_gate():
     async def bench(ctx):
         ctx.set(o.tready, 1)
         seen = []
-        for frame, up in ((1, 1), (2, 0), (3, 1)):
+        ups = (1, 0, 1)
+        ctx.set(dut.up, ups[0])
+        await ctx.tick()                        # an idle cycle samples up for frame 1
+        for n, frame in enumerate((1, 2, 3)):
+            nxt = ups[n + 1] if n + 1 < len(ups) else 0
             for beat in range(3):
                 ctx.set(s.tdata, frame * 16 + beat)
                 ctx.set(s.tlast, beat == 2)
                 ctx.set(s.tvalid, 1)
-                # admin state changes in the middle of frame 1 and 2: only frame starts count
-                ctx.set(dut.up, up if beat == 0 else 1 - up)
+                # up changes in the middle of frames 1 and 2: only the value sampled
+                # between frames (here on the last beat) decides the next frame
+                ctx.set(dut.up, nxt if beat == 2 else 1 - nxt)
                 _, _, valid, data, ready = await ctx.tick().sample(o.tvalid, o.tdata, s.tready)
                 if valid:
                     seen.append(data)
