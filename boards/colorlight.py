@@ -23,7 +23,8 @@ from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 
 from .common import NicBoardTop
 
-__all__ = ["ColorlightNicTop", "colorlight_platform", "ecp5_pll_125", "ecp5_global_reset"]
+__all__ = ["ColorlightNicTop", "colorlight_platform", "ecp5_pll_125", "ecp5_global_reset",
+           "ecp5_nic_clocking"]
 
 DEVICE = "LFE5U-25F"
 
@@ -74,6 +75,24 @@ def ecp5_global_reset(m, arst, *, domain="sync"):
                                                  o_CLKO=ResetSignal(domain))
 
 
+def ecp5_nic_clocking(m, platform, osc, *, in_mhz):
+    """The board tops' clocking: oscillator ``osc`` (``in_mhz`` 25 or 100) -> 125 MHz.
+
+    One ``EHXPLLL`` (:func:`ecp5_pll_125`) clocks both ``sync`` (the NIC) and ``eth_tx``
+    (RGMII TX); ``sync`` is reset through a global buffer (:func:`ecp5_global_reset`),
+    ``eth_tx`` through a ``ResetSynchronizer``, both while the PLL is not locked.
+    Returns the PLL's ``locked`` (1 bit).
+    """
+    m.submodules[f"{osc}_buf"] = buf = io.Buffer("i", platform.request(osc, 0, dir="-"))
+    clk125, locked = ecp5_pll_125(m, buf.i, in_mhz=in_mhz)
+    m.domains.sync = ClockDomain("sync")
+    m.domains.eth_tx = ClockDomain("eth_tx")
+    m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
+    ecp5_global_reset(m, ~locked, domain="sync")
+    m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
+    return locked
+
+
 def _rgmii(n, tx_clk, tx_ctl, tx_data, rx_clk, rx_ctl, rx_data, io_type="LVCMOS33"):
     return Resource("mrc_rgmii", n,
                     Subsignal("tx_clk", Pins(tx_clk, dir="o")),
@@ -120,15 +139,7 @@ class ColorlightNicTop(NicBoardTop):
         super().__init__(paths=paths, qps=qps, **options)
 
     def clocking(self, m, platform):
-        m.submodules.clk25_buf = buf = io.Buffer("i", platform.request("clk25", 0, dir="-"))
-        clk25 = buf.i
-        clk125, locked = ecp5_pll_125(m, clk25, in_mhz=25)
-        m.domains.sync = ClockDomain("sync")
-        m.domains.eth_tx = ClockDomain("eth_tx")
-        m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
-        ecp5_global_reset(m, ~locked, domain="sync")
-        m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
-        return locked
+        return ecp5_nic_clocking(m, platform, "clk25", in_mhz=25)
 
     def rgmii_pins(self, platform, n):
         return platform.request("mrc_rgmii", n, dir="-")

@@ -14,11 +14,8 @@ The Versa's device is larger than the Colorlight's: the same build fits with roo
 """
 
 from amaranth.build import Attrs, Pins, PinsN, Resource, Subsignal
-from amaranth.hdl import ClockDomain, ClockSignal
-from amaranth.lib import io
-from amaranth.lib.cdc import ResetSynchronizer
 
-from .colorlight import ecp5_global_reset, ecp5_pll_125
+from .colorlight import ecp5_nic_clocking
 from .common import NicBoardTop
 
 __all__ = ["VersaNicTop", "versa_platform"]
@@ -60,15 +57,7 @@ class VersaNicTop(NicBoardTop):
     device = DEVICE
 
     def clocking(self, m, platform):
-        m.submodules.clk100_buf = buf = io.Buffer("i", platform.request("clk100", 0, dir="-"))
-        clk100 = buf.i
-        clk125, locked = ecp5_pll_125(m, clk100, in_mhz=100)
-        m.domains.sync = ClockDomain("sync")
-        m.domains.eth_tx = ClockDomain("eth_tx")
-        m.d.comb += [ClockSignal("sync").eq(clk125), ClockSignal("eth_tx").eq(clk125)]
-        ecp5_global_reset(m, ~locked, domain="sync")
-        m.submodules.eth_tx_rst = ResetSynchronizer(~locked, domain="eth_tx")
-        return locked
+        return ecp5_nic_clocking(m, platform, "clk100", in_mhz=100)
 
     def rgmii_pins(self, platform, n):
         return platform.request("mrc_rgmii", n, dir="-")
