@@ -592,6 +592,9 @@ class Segmenter(wiring.Component):
         in_load = Signal()          # == state LOAD, as a flip-flop
         in_req = Signal()           # == state REQ, as a flip-flop (the spray FIFO's write enable)
         rx_push = Signal()
+        # in_req is 1 exactly in REQ (set on every entry, cleared on the only exit), so the
+        # push needs no state decode (the spray FIFO's write enable: Versa critical path)
+        m.d.comb += rx_push.eq(in_req & sq.w_rdy)
         dec_for_retx = Signal()     # registered: WAIT and the decision at the head is ours
         room_ok = Signal()          # per-packet FIFOs can take a packet (see the cutter)
 
@@ -772,7 +775,6 @@ class Segmenter(wiring.Component):
                 m.d.sync += in_req.eq(1)
                 m.next = "REQ"
             with m.State("REQ"):
-                m.d.comb += rx_push.eq(in_req & sq.w_rdy)
                 with m.If(sq.w_rdy):
                     m.d.sync += in_req.eq(0)
                     m.d.sync += [rx_tries.eq(rx_tries + 1),
