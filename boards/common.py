@@ -315,8 +315,7 @@ class BoardRegs(wiring.Component):
         cycles later (the address is registered, then decoded into one-hot selects, the
         MACs' RX counter words are fetched meanwhile -- longer while a MAC's counter RAM
         is busy; a read runs through an AND-OR multiplexer in two registered stages into
-        ``rdata``); host
-        memory: the cycle after the window access is done.
+        ``rdata``); host memory: the cycle after the window access is done.
     m_wr : Out(stream.Signature(WorkRequest))
         ``WR_POST`` presents ``WR_DATA0..6`` as one work request, held until taken.
     s_cpl : In(stream.Signature(Completion))
@@ -407,8 +406,8 @@ class BoardRegs(wiring.Component):
         is_mem = addr[15]                                # >= HOSTMEM_BASE (0x8000)
         mem_idx = addr[2:15]
         mem_ok = mem_idx < self.hostmem_words
-        # MACp_RX_* word 16 + 8p + 2 + k reads RxStatus value k: a register loaded with
-        # ``addr`` (below), so held while it is
+        # MACp_RX_* (word 16 + 8p + 2 + k) is RxStatus value k: ``mac_rd_addr`` is loaded
+        # with k as the AR address is taken (IDLE, below) and held through the read
         # WR_DATA0..6 read back from a distributed-RAM copy (cheaper than a multiplexer over
         # the work-request flip-flops), at its word index
         wr_first = (0x810 - BOARD_BASE) >> 2
