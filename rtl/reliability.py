@@ -570,9 +570,6 @@ class SenderReliability(wiring.Component):
         # holds every read; a SACK in S0..S2 holds a trim read (SACK steps of one ACK touch
         # distinct slots); a scan in S0..S3 holds every read, except that a scan only waits for
         # an older scan of the same slot (registered address compares, in ``scan_blk``).
-        def is_writer(op):
-            return (op == _OP_SENT) | (op == _OP_SACK) | (op == _OP_SCAN)
-
         stage = data.StructLayout({"op": range(6), "qp": 3, "psn": 24, "addr": abits,
                                    "sent": SentInfo, "wr": 1, "is_sent": 1, "is_sack": 1,
                                    "is_scan": 1, "job": 1})
