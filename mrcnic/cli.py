@@ -163,7 +163,7 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, serve_port, ser
             click.echo(f"wrote {path}")
     click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
     if report.get("interrupted"):
-        click.secho("interrupted (Ctrl-C)", fg="yellow", err=True)
+        click.secho("interrupted (Ctrl-C or SIGTERM)", fg="yellow", err=True)
     if report["bytes_mismatched"] or not report["complete"]:
         click.secho("transfer incomplete or corrupted", fg="red", err=True)
         sys.exit(1)

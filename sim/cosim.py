@@ -35,6 +35,7 @@ about a minute, the two-to-four-NIC top instantiates the same module.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -259,6 +260,22 @@ def _transfers(sc: dict, cfgs: list) -> list[dict]:
     return out
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While active (main thread only), SIGTERM raises KeyboardInterrupt, as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def _progress_loop(progress_file: Path, total: int | None, done: threading.Event, label: str,
                    port_file: Path | None = None):
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
@@ -374,7 +391,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     top = CosimTop(len(sc["nics"]), ports=ports, paths=paths)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
-               progress=str(progress_file),
+               progress=str(progress_file), stop_file=str(build_dir / "serve.stop"),
                serve=None if serve is None else dict(
                    port=serve, nic=serve_nic, port_file=str(port_file),
                    stop_file=str(build_dir / "serve.stop"),
@@ -402,11 +419,13 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         th.start()
         total = len(wrs) * sc["size"] if serve is None else None
         try:
-            _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
-                           port_file if serve is not None else None)
+            with _sigterm_as_interrupt():
+                _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
+                               port_file if serve is not None else None)
         except KeyboardInterrupt:
-            # Ctrl-C reached the simulator too: its SIGINT handler ends the run at the next
-            # clock and the report is written as usual (``interrupted``)
+            # Ctrl-C (it reached the simulator too) or SIGTERM (to this process only): the
+            # stop file ends the run within 4096 clocks, the report is written as usual
+            # (``interrupted``) and the simulator exits: no Icarus process is left behind
             print("interrupted: stopping the simulation and writing the report ...",
                   file=sys.stderr)
             (build_dir / "serve.stop").write_text("interrupted")
@@ -857,8 +876,11 @@ if cocotb is not None:
                 break
             if bridge is not None:
                 bridge.service()
-                if cycles & 4095 == 0 and os.path.exists(serve["stop_file"]):
-                    break
+            # the stop file: the end of a served run, or the parent's Ctrl-C / SIGTERM
+            if cycles & 4095 == 0 and os.path.exists(job["stop_file"]):
+                if bridge is None:
+                    interrupted.append(True)
+                break
             if done_at is None and all(
                     sum(1 for c in completions if c["nic"] == k) >= expected[k] * rounds
                     for k in receivers):

@@ -192,3 +192,37 @@ def test_ecn_congested_spine(tmp_path):
     paths = 4 * 4                   # planes x spines of the scenario
     assert congested < total / paths, (congested, total)
     assert not [e for e in rep["ev_events"] if e["reason"] == "ACK_TIMEOUT"]
+
+
+# --------------------------------------------------------------------------
+# SIGTERM to ``mrcnic sim``: the simulator stops too, the report is written
+# --------------------------------------------------------------------------
+def test_sigterm_stops_the_simulator(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    build = tmp_path / "b"
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mrcnic.cli", "sim", "--scenario", "clean",
+                             "--build-dir", str(build), "--json", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        progress = build / "progress.jsonl"
+        deadline = time.monotonic() + 600
+        while not (progress.exists() and progress.read_text().strip()):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the simulation never started"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=300)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err                  # incomplete: reported, non-zero exit
+    assert "interrupted (Ctrl-C or SIGTERM)" in err
+    rep = json.loads(out.read_text())
+    assert rep["interrupted"] and not rep["complete"]
+    # no simulator is left running in this build directory
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(build) not in ps
