@@ -145,9 +145,38 @@ def _read(path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+#: Above this fraction of the device's TRELLIS_COMB (LUT4) bels after nextpnr's packing the
+#: build stops before placement: at 88 % of the LFE5U-25F (Colorlight, commit c0f547a)
+#: nextpnr's HeAP placer stalls for hours in legalisation, and its static placer places
+#: in ~10 min but router1 then stalls with ~43K of 99K arcs unrouted (docs/boards.md).
+MAX_PACKED_COMB = 0.85
+
+
+def _pack_check(argv, root, env, tool) -> dict:
+    """nextpnr ``--pack-only`` with the place-and-route step's arguments (seconds): the
+    packed utilisation ``{bel: {"used", "available"}}`` (log in ``pack_check.log``)."""
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--report", "--textcfg", "--log"):
+            skip = True
+        elif a != "--quiet":
+            args.append(a)
+    proc = subprocess.run([tool, *args, "--pack-only", "--log", "pack_check.log"], cwd=root,
+                          env=env, capture_output=True, text=True)
+    return parse_pnr_utilisation(proc.stdout + proc.stderr + _read(root / "pack_check.log"))
+
+
 def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
-                **options) -> dict:
+                max_packed_comb: float = MAX_PACKED_COMB, **options) -> dict:
     """Build ``board``'s bitstream in ``build_dir/<board>``; return the summary dict.
+
+    Before placement nextpnr packs the design alone (seconds): when the packed
+    ``TRELLIS_COMB`` (LUT4) use exceeds ``max_packed_comb`` of the device (fraction,
+    :data:`MAX_PACKED_COMB`) the build stops there instead of running a placer that does
+    not converge: ``fits`` false, ``error`` says why, ``utilisation`` is the packed one and
+    there is no bitstream (``pnr`` reported ``"failed"``).
 
     ``progress(step, state, seconds)`` is called with ``state`` ``"start"`` / ``"done"``
     (``"failed"``) for each of ``elaborate``, ``synth``, ``pnr``, ``pack``.  Raises
@@ -185,10 +214,19 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
     for var, tool in TOOLS.items():
         env.setdefault(var, tool)
     names = {"YOSYS": "synth", "NEXTPNR_ECP5": "pnr", "ECPPACK": "pack"}
+    too_full = None
     for var, argv in _steps(plan.files["build_top.sh"]):
         step = names.get(var, var.lower())
         t0 = time.monotonic()
         say(step, "start", 0.0)
+        if step == "pnr":
+            packed = _pack_check(argv, root, env, env[var])
+            comb = packed.get("TRELLIS_COMB")
+            if comb and comb["used"] > max_packed_comb * comb["available"]:
+                too_full = (packed, comb)
+                seconds[step] = round(time.monotonic() - t0, 1)
+                say(step, "failed", seconds[step])
+                break                       # the placer would not converge: no bitstream
         proc = subprocess.run([env[var], *argv], cwd=root, env=env, capture_output=True, text=True)
         seconds[step] = round(time.monotonic() - t0, 1)
         (root / f"{step}.log").write_text(proc.stdout + proc.stderr)
@@ -211,7 +249,16 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
     stat_file = root / "top.stat"
     cells = parse_yosys_stat(stat_file.read_text()) if stat_file.exists() else {}
     report = root / "top.report.json"
-    if report.exists() and (root / "top.bit").exists():
+    if too_full:
+        for stale in ("top.report.json", "top.bit", "top.config"):    # of an earlier build
+            (root / stale).unlink(missing_ok=True)
+        packed, comb = too_full
+        result = {"fmax_mhz": None, "timing_met": False, "clocks": {}, "utilisation": packed}
+        error = (f"packed TRELLIS_COMB (LUT4) {comb['used']} / {comb['available']} "
+                 f"({100 * comb['used'] / comb['available']:.1f} %) is above "
+                 f"{100 * max_packed_comb:.0f} % of {platform.device}, where nextpnr's placer "
+                 f"does not converge on this design: not placed (see docs/boards.md)")
+    elif report.exists() and (root / "top.bit").exists():
         result = parse_report(json.loads(report.read_text()))
         error = None
     else:

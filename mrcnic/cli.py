@@ -241,7 +241,9 @@ def _print_bench(console, name, rows):
 def build(board, json_path, build_dir, seed):
     """Build a board's bitstream with YoWASP Yosys / nextpnr-ecp5 / ecppack.
 
-    Exits 1 when timing is not met (the bitstream and the numbers are still written).
+    Exits 1 when timing is not met (the bitstream and the numbers are still written), and
+    when there is no bitstream: the design does not fit, or it packs above 85 % of the
+    device's LUT4s, where nextpnr's placer does not converge (the packed numbers are written).
     """
     import json
     import time
@@ -299,6 +301,9 @@ def build(board, json_path, build_dir, seed):
         with open(json_path, "w") as fh:
             json.dump(summary, fh, indent=2)
         click.echo(f"wrote {json_path}")
+    if summary.get("error"):
+        click.secho(f"no bitstream: {summary['error']}", fg="red", err=True)
+        sys.exit(1)
     if not summary["timing_met"]:
         click.secho("timing not met", fg="red", err=True)
         sys.exit(1)

@@ -55,7 +55,7 @@ def _bits(value, width):
     an argument (a zero state, zero-padded data) are folded at elaboration.
     """
     if isinstance(value, Const):
-        return [(value.value >> i) & 1 if i < value.width else 0 for i in range(width)]
+        return [(value.value >> i) & 1 if i < len(value) else 0 for i in range(width)]
     if isinstance(value, Concat):
         out = []
         for part in value.parts:
