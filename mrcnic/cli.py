@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .fw.cli import INT
+from .interrupt import sigterm_as_interrupt
 
 __all__ = ["main"]
 
@@ -273,10 +274,16 @@ def build(board, json_path, build_dir, seed):
         else:
             console.print(f"[green]done[/green] {labels.get(step, step)} in {seconds:.0f} s")
     try:
-        summary = build_board(board, build_dir, progress=progress, seed=seed)
+        with sigterm_as_interrupt():        # Ctrl-C / SIGTERM: the running tool is killed too
+            summary = build_board(board, build_dir, progress=progress, seed=seed)
     except (BuildError, ValueError, OSError) as exc:
         status.stop()
         _fail(str(exc))
+    except KeyboardInterrupt:
+        status.stop()
+        click.secho("interrupted (Ctrl-C or SIGTERM): the build was stopped", fg="yellow",
+                    err=True)
+        sys.exit(130)
     status.stop()
     table = Table(title=f"mrcnic build {board} ({summary['device']})")
     table.add_column("")

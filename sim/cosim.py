@@ -35,7 +35,6 @@ about a minute, the two-to-four-NIC top instantiates the same module.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import hashlib
 import json
@@ -52,6 +51,8 @@ from pathlib import Path
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
+
+from mrcnic.interrupt import sigterm_as_interrupt
 
 __all__ = ["CosimTop", "run_cosim", "nic_verilog", "NIC_MODULE", "NIC_GBPS", "CLK_NS",
            "ideal_times", "COSIM_QPS", "COSIM_PATHS"]
@@ -260,22 +261,6 @@ def _transfers(sc: dict, cfgs: list) -> list[dict]:
     return out
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While active (main thread only), SIGTERM raises KeyboardInterrupt, as Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def _progress_loop(progress_file: Path, total: int | None, done: threading.Event, label: str,
                    port_file: Path | None = None):
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
@@ -419,7 +404,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         th.start()
         total = len(wrs) * sc["size"] if serve is None else None
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
                                port_file if serve is not None else None)
         except KeyboardInterrupt:
