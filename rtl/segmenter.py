@@ -207,8 +207,9 @@ class Segmenter(wiring.Component):
         is before ``una`` in serial-number arithmetic modulo 2**24 (RFC 1982
         style): ``count <= (una - first_psn) mod 2**24 < 2**23``.  Releases
         are checked for the oldest message of one QP per 4 cycles (read,
-        subtract, compare, release; ``una`` registered), round robin, while
-        the retransmission engine is idle.  Tie to ``next_psn`` when no reliability block is
+        subtract, compare, release; ``una`` registered), round robin -- the same QP
+        again after a check that released, so one QP drains a message per 4 cycles --
+        while the retransmission engine is idle.  Tie to ``next_psn`` when no reliability block is
         present (every message released at once; no retransmission possible).
     tx_ok : In(qps)
         Per QP window (from sender reliability): a new packet of the QP is cut
@@ -803,8 +804,9 @@ class Segmenter(wiring.Component):
                                  dec_for_retx.eq((rx_skip == 1) & dec_used_r)]
 
         # -------------------------------------------------- message release
-        # One QP's oldest message per 4 cycles, round robin, while the retransmission
-        # engine is idle: read its table word, subtract, compare (``una`` registered).
+        # One QP's oldest message per 4 cycles, round robin (staying on a QP while its checks
+        # release), while the retransmission engine is idle: read its table word, subtract,
+        # compare (``una`` registered).
         una_r = Signal(data.ArrayLayout(24, qps))
         m.d.sync += una_r.eq(self.una)
         rel_q = Signal(range(qps))
@@ -829,8 +831,13 @@ class Segmenter(wiring.Component):
             with m.Case(2):
                 m.d.sync += [r_hit.eq(~r_lt[24] & ~r_d[23]), rel_st.eq(3)]
             with m.Case(3):
+                # a QP whose check released a message is checked again next (it drains at
+                # one message per 4 cycles: single-packet messages at line rate), the next
+                # QP otherwise (an empty table or nothing acknowledged: round robin)
                 m.d.comb += rel.eq(r_ok & r_hit)
-                m.d.sync += [rel_st.eq(0), rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))]
+                m.d.sync += rel_st.eq(0)
+                with m.If(~(r_ok & r_hit)):
+                    m.d.sync += rel_q.eq(Mux(rel_q == qps - 1, 0, rel_q + 1))
         with m.If(self.qp_w_en):
             m.d.sync += r_ok.eq(0)      # a context write empties tables: check again
         for i in range(qps):

@@ -286,11 +286,16 @@ if cocotb is not None:
         frames = [(p, bytes.fromhex(f)) for p, f in job["frames"]]
         verdicts, cpl_counts = [], []
 
+        # busy: a frame offered, or a host-memory write in progress (a store-and-forward
+        # frame is placed after its last beat: a 4 KiB payload takes 512+ cycles more)
+        busy_sigs = [getattr(dut, f"s_axis_p{i}__tvalid") for i in range(ports)] + [
+            dut.m_axi__awvalid, dut.m_axi__wvalid]
+
         async def settle(limit=400):
             quiet = 0
             for _ in range(limit):
                 await RisingEdge(dut.clk)
-                busy = any(int(getattr(dut, f"s_axis_p{i}__tvalid").value) for i in range(ports))
+                busy = any(int(s.value) for s in busy_sigs)
                 quiet = 0 if busy else quiet + 1
                 if quiet > 60:
                     return
