@@ -712,29 +712,32 @@ class NicBoardTop(wiring.Component):
         # ---- LEDs and PHY reset ----------------------------------------------------------------
         if platform is not None:
             leds = self.leds(m, platform)
+            # one free-running counter times everything: the heartbeat LED (bit 26, ~0.5 s
+            # period at 125 MHz), the activity stretch (a tick per 2**22 cycles, ~34 ms) and
+            # the PHY reset (held until bit 21 first rises, 2**21 cycles, ~17 ms)
+            beat = Signal(27)
+            m.d.sync += beat.eq(beat + 1)
+            tick, prev = Signal(), Signal()
+            m.d.sync += [prev.eq(beat[21]), tick.eq(beat[21] & ~prev)]
             act = []
             for p, mac in enumerate(macs):
                 # a frame counter moved <=> its bit 0 toggled (each counts at most one per
-                # cycle); the LED stays on for 2**24 cycles after it, until the down-count
-                # passes 0 (bit 24 set: no wide compare)
+                # cycle); the LED stays on for 2-3 ticks (~67-100 ms) after it
                 last = Signal(2)
-                stretch = Signal(25, init=1 << 24)
+                stretch = Signal(2)
                 now = Cat(mac.tx_frames[0], mac.rx_frames[0])
                 m.d.sync += last.eq(now)
                 with m.If(now != last):
-                    m.d.sync += stretch.eq((1 << 24) - 1)
-                with m.Elif(~stretch[24]):
+                    m.d.sync += stretch.eq(3)
+                with m.Elif(tick & (stretch != 0)):
                     m.d.sync += stretch.eq(stretch - 1)
-                act.append(~stretch[24])
-            beat = Signal(27)
-            m.d.sync += beat.eq(beat + 1)
+                act.append(stretch != 0)
             values = [rx_present[0], act[0], rx_present[1], act[1], beat[-1]]
             for led, value in zip(leds, values):
                 m.d.comb += led.eq(value)
-            # PHY reset: held for 2**21 cycles (~17 ms at 125 MHz) after configuration
-            rst_cnt = Signal(22)
-            with m.If(~rst_cnt[-1]):
-                m.d.sync += rst_cnt.eq(rst_cnt + 1)
+            rst_done = Signal()
+            with m.If(beat[21]):
+                m.d.sync += rst_done.eq(1)
             for r in self.phy_reset(m, platform):
-                m.d.comb += r.eq(~rst_cnt[-1])
+                m.d.comb += r.eq(~rst_done)
         return m
