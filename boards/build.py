@@ -163,8 +163,11 @@ def _pack_check(argv, root, env, tool) -> dict:
             skip = True
         elif a != "--quiet":
             args.append(a)
+    (root / "pack_check.log").unlink(missing_ok=True)
     proc = subprocess.run([tool, *args, "--pack-only", "--log", "pack_check.log"], cwd=root,
                           env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {}           # no verdict: the place-and-route step runs and reports the error
     return parse_pnr_utilisation(proc.stdout + proc.stderr + _read(root / "pack_check.log"))
 
 
@@ -222,8 +225,9 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
         if step == "pnr":
             packed = _pack_check(argv, root, env, env[var])
             comb = packed.get("TRELLIS_COMB")
-            if comb and comb["used"] > max_packed_comb * comb["available"]:
-                too_full = (packed, comb)
+            over = [b for b, v in packed.items() if v["used"] > v["available"]]
+            if over or (comb and comb["used"] > max_packed_comb * comb["available"]):
+                too_full = (packed, comb, over)
                 seconds[step] = round(time.monotonic() - t0, 1)
                 say(step, "failed", seconds[step])
                 break                       # the placer would not converge: no bitstream
@@ -252,12 +256,16 @@ def build_board(board: str, build_dir="build", *, progress=None, seed: int = 1,
     if too_full:
         for stale in ("top.report.json", "top.bit", "top.config"):    # of an earlier build
             (root / stale).unlink(missing_ok=True)
-        packed, comb = too_full
+        packed, comb, over = too_full
         result = {"fmax_mhz": None, "timing_met": False, "clocks": {}, "utilisation": packed}
-        error = (f"packed TRELLIS_COMB (LUT4) {comb['used']} / {comb['available']} "
-                 f"({100 * comb['used'] / comb['available']:.1f} %) is above "
-                 f"{100 * max_packed_comb:.0f} % of {platform.device}, where nextpnr's placer "
-                 f"does not converge on this design: not placed (see docs/boards.md)")
+        if over:
+            error = "the design does not fit " + platform.device + ": " + ", ".join(
+                f"{b} {packed[b]['used']} / {packed[b]['available']}" for b in over)
+        else:
+            error = (f"packed TRELLIS_COMB (LUT4) {comb['used']} / {comb['available']} "
+                     f"({100 * comb['used'] / comb['available']:.1f} %) is above "
+                     f"{100 * max_packed_comb:.0f} % of {platform.device}, where nextpnr's "
+                     f"placer does not converge on this design: not placed (see docs/boards.md)")
     elif report.exists() and (root / "top.bit").exists():
         result = parse_report(json.loads(report.read_text()))
         error = None

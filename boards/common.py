@@ -699,10 +699,8 @@ class NicBoardTop(wiring.Component):
                          mac.rx_cnt_addr.eq(regs.mac_rd_addr),
                          regs.mac_rd_data[p].eq(mac.rx_cnt_data),
                          regs.mac_rd_fresh[p].eq(mac.rx_cnt_fresh)]
-        # data_frames / ack_frames are sums over the planes: registered here, so their adders
-        # stay out of BoardRegs' read multiplexer cycle (they read as of the previous cycle)
-        m.d.sync += [regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames)]
         m.d.comb += [
+            regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames),
             regs.nic_stats[2].eq(nic.acks_received), regs.nic_stats[3].eq(nic.placed_bytes),
             regs.nic_stats[4].eq(nic.no_path),
             regs.status.eq(Cat(locked, *rx_present)),
@@ -712,7 +710,7 @@ class NicBoardTop(wiring.Component):
         # ---- LEDs and PHY reset ----------------------------------------------------------------
         if platform is not None:
             leds = self.leds(m, platform)
-            # one free-running counter times everything: the heartbeat LED (bit 26, ~0.5 s
+            # one free-running counter times everything: the heartbeat LED (bit 26, ~1.1 s
             # period at 125 MHz), the activity stretch (a tick per 2**22 cycles, ~34 ms) and
             # the PHY reset (held until bit 21 first rises, 2**21 cycles, ~17 ms)
             beat = Signal(27)

@@ -285,7 +285,7 @@ def build(board, json_path, build_dir, seed):
                     err=True)
         sys.exit(130)
     status.stop()
-    table = Table(title=f"mrcnic build {board} ({summary['device']})")
+    table = Table(title=f"mrcnic build {board} ({summary['device']})", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
     util = summary["utilisation"]

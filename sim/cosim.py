@@ -863,8 +863,9 @@ if cocotb is not None:
                 bridge.service()
             # the stop file: the end of a served run, or the parent's Ctrl-C / SIGTERM
             if cycles & 4095 == 0 and os.path.exists(job["stop_file"]):
-                if bridge is None:
-                    interrupted.append(True)
+                with open(job["stop_file"]) as fh:
+                    if bridge is None or fh.read().strip() == "interrupted":
+                        interrupted.append(True)
                 break
             if done_at is None and all(
                     sum(1 for c in completions if c["nic"] == k) >= expected[k] * rounds

@@ -45,6 +45,9 @@ if tool == "yosys":                      # the netlist nextpnr would read, and t
 elif tool == "nextpnr":
     log = args[args.index("--log") + 1]
     comb = {comb}
+    if "--pack-only" in args and {pack_fails!r}:
+        print("boom")
+        sys.exit(1)
     text = ("Info: Device utilisation:\n"
             f"Info: \t        TRELLIS_COMB:   {{comb}}/  24288    {{100 * comb // 24288}}%\n"
             "Info: \t          TRELLIS_FF:   17603/  24288    72%\n")
@@ -60,11 +63,12 @@ else:
 """
 
 
-def fake_tools(tmp_path, monkeypatch, comb):
+def fake_tools(tmp_path, monkeypatch, comb, pack_fails=False):
     import sys
     for tool, var in (("yosys", "YOSYS"), ("nextpnr", "NEXTPNR_ECP5"), ("ecppack", "ECPPACK")):
         path = tmp_path / f"fake-{tool}"
-        path.write_text(FAKE_TOOL.format(python=sys.executable, tool=tool, comb=comb))
+        path.write_text(FAKE_TOOL.format(python=sys.executable, tool=tool, comb=comb,
+                                         pack_fails=pack_fails))
         path.chmod(0o755)
         monkeypatch.setenv(var, str(path))
 
@@ -82,6 +86,22 @@ def test_build_stops_before_placement_when_packed_too_full(tmp_path, monkeypatch
     assert s["luts"] == 21553 and s["utilisation"]["TRELLIS_COMB"]["available"] == 24288
     assert "88.7 %" in s["error"] and "85 %" in s["error"]
     assert not (root / "top.bit").exists()
+
+
+def test_build_over_the_device_does_not_fit(tmp_path, monkeypatch):
+    fake_tools(tmp_path, monkeypatch, comb=30000)
+    s = build_board("colorlight", tmp_path / "b")
+    assert not s["fits"] and s["bitstream"] is None
+    assert s["error"] == "the design does not fit LFE5U-25F: TRELLIS_COMB 30000 / 24288"
+
+
+def test_build_failed_pack_check_leaves_the_verdict_to_pnr(tmp_path, monkeypatch):
+    # a first build leaves pack_check.log at 88 %; a pack-only run that fails is no verdict
+    fake_tools(tmp_path, monkeypatch, comb=21553)
+    build_board("colorlight", tmp_path / "b")
+    fake_tools(tmp_path, monkeypatch, comb=20000, pack_fails=True)
+    s = build_board("colorlight", tmp_path / "b")
+    assert s["fits"] and s["error"] is None and s["bitstream"].endswith("top.bit")
 
 
 def test_build_places_when_packed_below_limit(tmp_path, monkeypatch):

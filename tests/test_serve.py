@@ -147,8 +147,8 @@ def test_serve_ev_list_deny_probe_allow(tmp_path):
         after = sum(packets(client, indices).values())
         # TX_PACKETS (data frames out of all planes) against the per-EV packet counters (the
         # segmenter's sent tap, read before and after): frames still in the transmit pipeline
-        # at the first read (< 16) are the only lag; the probe frame counts in TX_PACKETS only
-        assert before - 16 <= counters["TX_PACKETS"] <= after + 1, (before, counters, after)
+        # at the first read (< 16) are the only lag (probe frames count as ACK frames)
+        assert before - 16 <= counters["TX_PACKETS"] <= after, (before, counters, after)
         assert counters["TX_PACKETS"] > 0                      # nic0 sends, the fabric is clean:
         assert all(v == 0 for k, v in counters.items() if k.startswith("RX_DROP_"))
 
@@ -177,8 +177,8 @@ def test_agent_link_loss_and_recovery(tmp_path):
                 with BUS:
                     agent.start()
                 while not stop.is_set():
-                    if not paused.is_set():
-                        with BUS:
+                    with BUS:               # paused is read under the lock the test takes
+                        if not paused.is_set():
                             agent.step()
                     time.sleep(agent.period_s)
             except Exception as exc:               # noqa: BLE001 - reported below
