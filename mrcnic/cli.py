@@ -70,6 +70,7 @@ def _print_send(summary):
     Console().print(table)
     for path in summary.get("pcaps", []):
         click.echo(f"wrote {path}")
+    click.echo(f"build directory (Verilog, simulator log): {summary['build_dir']}")
 
 
 @main.command()
@@ -111,6 +112,7 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
                   f"completions: {len(report['completions'])}; ACK frames sent: {report['acks']}")
     for path in report.get("pcaps", []):
         click.echo(f"wrote {path}")
+    click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
 
 
 @main.command()
@@ -202,20 +204,23 @@ def bench_rx_cmd(json_path, packets):
 def _run_bench(name, pipeline, bench_fn, packets, json_path):
     """Run one bench with a status line, print its table, write its JSON."""
     import json
+    import tempfile
 
     from rich.console import Console
 
     console = Console()
+    build_dir = tempfile.mkdtemp(prefix=f"mrcnic-bench-{name}-")
     try:
         with console.status(f"simulating the {pipeline} pipeline (Icarus)..."):
-            rows = bench_fn(packets=packets)
+            rows = bench_fn(packets=packets, build_dir=build_dir)
     except (ValueError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
+        _fail(f"{exc} (build directory: {build_dir})")
     _print_bench(console, name.upper(), rows)
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"bench": name, "rows": rows}, fh, indent=2)
         click.echo(f"wrote {json_path}")
+    click.echo(f"build directory (Verilog, simulator log): {build_dir}")
 
 
 def _print_bench(console, name, rows):

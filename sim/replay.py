@@ -75,7 +75,7 @@ def run_replay(config, pcaps, *, out=None, json_path=None, raw=False, build_dir=
         bytes_written=len(result.writes),
         rewritten_bytes=sum(1 for v in result.writes.values() if v > 1),
         completions=result.completions, acks=len(result.acks), drops=result.drops,
-        counters=result.counters)
+        counters=result.counters, build_dir=result.build_dir)
     if out:
         report["pcaps"] = write_pcaps([(p, f, i, i) for i, (p, f) in enumerate(result.acks)], out)
     if json_path:

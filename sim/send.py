@@ -77,6 +77,7 @@ def run_send(config, *, qp: int, size: int, out=None, peer_config=None, va=None,
         row["evs"].add(pkt[IPv6].fl | (pkt[UDP].sport & 0xFFF) << 20)
     summary = dict(config=str(config), qp=qp, bytes=size, frames=len(result.frames),
                    wr_refused=result.wr_refused, cycles=result.cycles, beats=result.beats,
+                   build_dir=result.build_dir,
                    per_plane={p: dict(r, evs=len(r["evs"])) for p, r in per_plane.items()})
     if out:
         summary["pcaps"] = write_pcaps(result.frames, out)

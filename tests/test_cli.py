@@ -20,6 +20,7 @@ def test_send_then_replay(tmp_path):
                                "--size", "5000", "--peer-config", str(EXAMPLES / "nic1.toml"),
                                "--out", str(tx_pcap), "--json", str(tmp_path / "send.json")])
     assert res.exit_code == 0, res.output
+    assert "build directory (Verilog, simulator log): " in res.output
     frames = rdpcap(str(tx_pcap))
     assert len(frames) == 5
     assert all(wire.check_icrc(bytes(f), 0xFC000000) for f in frames)
@@ -30,6 +31,7 @@ def test_send_then_replay(tmp_path):
                                "--json", str(tmp_path / "replay.json")])
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "replay.json").read_text())
+    assert f"build directory (Verilog, simulator log): {report['build_dir']}" in res.output
     assert [v["verdict"] for v in report["verdicts"]] == ["accepted"] * 5
     assert report["bytes_written"] == 5000 and report["rewritten_bytes"] == 0
     assert len(report["completions"]) == 1
