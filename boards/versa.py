@@ -13,30 +13,19 @@ Board top = :class:`mrcnic.boards.common.NicBoardTop` with:
 The Versa's device is larger than the Colorlight's: the same build fits with room to spare.
 """
 
-from amaranth.build import Attrs, Pins, PinsN, Resource, Subsignal
+from amaranth.build import Attrs, PinsN, Resource
 
-from .colorlight import ecp5_nic_clocking
 from .common import NicBoardTop
+from .ecp5 import ecp5_nic_clocking, rgmii_resource
 
 __all__ = ["VersaNicTop", "versa_platform"]
 
 DEVICE = "LFE5UM-45F"
 
 
-def _rgmii(n, tx_clk, tx_ctl, tx_data, rx_clk, rx_ctl, rx_data):
-    return Resource("mrc_rgmii", n,
-                    Subsignal("tx_clk", Pins(tx_clk, dir="o")),
-                    Subsignal("tx_ctl", Pins(tx_ctl, dir="o")),
-                    Subsignal("tx_data", Pins(tx_data, dir="o")),
-                    Subsignal("rx_clk", Pins(rx_clk, dir="i")),
-                    Subsignal("rx_ctl", Pins(rx_ctl, dir="i")),
-                    Subsignal("rx_data", Pins(rx_data, dir="i")),
-                    Attrs(IO_TYPE="LVCMOS25"))
-
-
 RESOURCES = [
-    _rgmii(0, "P19", "R20", "N19 N20 P18 P20", "L20", "U19", "T20 U20 T19 R18"),
-    _rgmii(1, "C20", "E19", "J17 J16 D19 D20", "J19", "F19", "G18 G16 H18 H17"),
+    rgmii_resource(0, "P19", "R20", "N19 N20 P18 P20", "L20", "U19", "T20 U20 T19 R18", "LVCMOS25"),
+    rgmii_resource(1, "C20", "E19", "J17 J16 D19 D20", "J19", "F19", "G18 G16 H18 H17", "LVCMOS25"),
     Resource("mrc_phy_rst", 0, PinsN("U17", dir="o"), Attrs(IO_TYPE="LVCMOS25")),
     Resource("mrc_phy_rst", 1, PinsN("F20", dir="o"), Attrs(IO_TYPE="LVCMOS25")),
 ]
