@@ -699,8 +699,10 @@ class NicBoardTop(wiring.Component):
                          mac.rx_cnt_addr.eq(regs.mac_rd_addr),
                          regs.mac_rd_data[p].eq(mac.rx_cnt_data),
                          regs.mac_rd_fresh[p].eq(mac.rx_cnt_fresh)]
+        # data_frames / ack_frames are sums over the planes: registered here, so their adders
+        # stay out of BoardRegs' read multiplexer cycle (they read as of the previous cycle)
+        m.d.sync += [regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames)]
         m.d.comb += [
-            regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames),
             regs.nic_stats[2].eq(nic.acks_received), regs.nic_stats[3].eq(nic.placed_bytes),
             regs.nic_stats[4].eq(nic.no_path),
             regs.status.eq(Cat(locked, *rx_present)),
@@ -710,32 +712,29 @@ class NicBoardTop(wiring.Component):
         # ---- LEDs and PHY reset ----------------------------------------------------------------
         if platform is not None:
             leds = self.leds(m, platform)
-            # one free-running counter times everything: the heartbeat LED (bit 26, ~1.1 s
-            # period at 125 MHz), the activity stretch (a tick per 2**22 cycles, ~34 ms) and
-            # the PHY reset (held until bit 21 first rises, 2**21 cycles, ~17 ms)
-            beat = Signal(27)
-            m.d.sync += beat.eq(beat + 1)
-            tick, prev = Signal(), Signal()
-            m.d.sync += [prev.eq(beat[21]), tick.eq(beat[21] & ~prev)]
             act = []
             for p, mac in enumerate(macs):
                 # a frame counter moved <=> its bit 0 toggled (each counts at most one per
-                # cycle); the LED stays on for 2-3 ticks (~67-100 ms) after it
+                # cycle); the LED stays on for 2**24 cycles after it, until the down-count
+                # passes 0 (bit 24 set: no wide compare)
                 last = Signal(2)
-                stretch = Signal(2)
+                stretch = Signal(25, init=1 << 24)
                 now = Cat(mac.tx_frames[0], mac.rx_frames[0])
                 m.d.sync += last.eq(now)
                 with m.If(now != last):
-                    m.d.sync += stretch.eq(3)
-                with m.Elif(tick & (stretch != 0)):
+                    m.d.sync += stretch.eq((1 << 24) - 1)
+                with m.Elif(~stretch[24]):
                     m.d.sync += stretch.eq(stretch - 1)
-                act.append(stretch != 0)
+                act.append(~stretch[24])
+            beat = Signal(27)
+            m.d.sync += beat.eq(beat + 1)
             values = [rx_present[0], act[0], rx_present[1], act[1], beat[-1]]
             for led, value in zip(leds, values):
                 m.d.comb += led.eq(value)
-            rst_done = Signal()
-            with m.If(beat[21]):
-                m.d.sync += rst_done.eq(1)
+            # PHY reset: held for 2**21 cycles (~17 ms at 125 MHz) after configuration
+            rst_cnt = Signal(22)
+            with m.If(~rst_cnt[-1]):
+                m.d.sync += rst_cnt.eq(rst_cnt + 1)
             for r in self.phy_reset(m, platform):
-                m.d.comb += r.eq(~rst_done)
+                m.d.comb += r.eq(~rst_cnt[-1])
         return m
