@@ -362,7 +362,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     progress_file.unlink(missing_ok=True)
     port_file = build_dir / "serve.json"
     port_file.unlink(missing_ok=True)
-    (build_dir / "serve.stop").unlink(missing_ok=True)
+    stop_file = build_dir / "serve.stop"     # ends a served run; Ctrl-C / SIGTERM end any run
+    stop_file.unlink(missing_ok=True)
     if serve is not None and not 0 <= serve <= 65535:
         raise ValueError(f"serve port must be 0..65535, not {serve}")
     if serve is not None and not 0 <= serve_nic < len(sc["nics"]):
@@ -376,10 +377,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     top = CosimTop(len(sc["nics"]), ports=ports, paths=paths)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
-               progress=str(progress_file), stop_file=str(build_dir / "serve.stop"),
+               progress=str(progress_file), stop_file=str(stop_file),
                serve=None if serve is None else dict(
                    port=serve, nic=serve_nic, port_file=str(port_file),
-                   stop_file=str(build_dir / "serve.stop"),
                    time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
     job_file.write_text(json.dumps(job))
     nic_v = nic_verilog(ports=ports, paths=paths)
@@ -413,7 +413,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
             # (``interrupted``) and the simulator exits: no Icarus process is left behind
             print("interrupted: stopping the simulation and writing the report ...",
                   file=sys.stderr)
-            (build_dir / "serve.stop").write_text("interrupted")
+            stop_file.write_text("interrupted")
             done.wait()
         th.join()
         if err:
