@@ -13,7 +13,7 @@ def test_bench_tx_line_rate(tmp_path):
     assert [(r["payload"], r["srh"]) for r in rows] == [(p, s) for p in PAYLOADS
                                                          for s in (False, True)]
     for r in rows:
-        assert r["frames"] == 48 and r["beats"] == r["cycles"], r
+        assert r["beats"] == r["cycles"], r
 
 
 def test_bench_rx_line_rate(tmp_path):
@@ -21,4 +21,4 @@ def test_bench_rx_line_rate(tmp_path):
     rows = bench_rx(packets=24, build_dir=tmp_path)
     assert [r["payload"] for r in rows] == list(PAYLOADS)
     for r in rows:
-        assert r["frames"] == 24 and r["beats"] == r["cycles"], r
+        assert r["beats"] == r["cycles"], r
