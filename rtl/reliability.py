@@ -906,13 +906,17 @@ class SenderReliability(wiring.Component):
         nxt_eq = Signal()                  # psn - nxt is 1 behind a new PSN of this QP, else 0
         m.d.comb += nxt_eq.eq(s1_dnz.all() & (s1_dn0 == s1_bn))
         m.d.comb += new_ok.eq(s1_nw & nxt_eq & ~outst[q1][wbits])
-        with m.If(new_ok):
-            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), outst[q1].eq(outst[q1] + 1)]
         inc(self.sent_dropped, s1.is_sent & ~s1_sent.retx & ~new_ok)
         # a CUM operation always targets una (the ACK job bounded it by outst)
         m.d.comb += cum_ok.eq((s1_op == _OP_CUM) & qok1)
-        with m.If(cum_ok):
-            m.d.sync += [una[q1].eq(una[q1] + 1), outst[q1].eq(outst[q1] - 1)]
+        # one adder per QP and register (not one behind the QP multiplexer): the +-1 values
+        # are ready from the registers while new_ok / cum_ok (exclusive: one op) settle
+        for i in range(qps):
+            this_qp = (q1 == i) if qps > 1 else 1     # (new_ok and cum_ok check qp < qps)
+            with m.If(new_ok & this_qp):
+                m.d.sync += [nxt[i].eq(nxt[i] + 1), outst[i].eq(outst[i] + 1)]
+            with m.If(cum_ok & this_qp):
+                m.d.sync += [una[i].eq(una[i] + 1), outst[i].eq(outst[i] - 1)]
         # in [una, nxt): 0 <= psn - una < outst, or, behind a CUM of this QP (una + 1),
         # 1 <= psn - una <= outst (outst < 2**obits: the high bits are zero in both)
         d_lt = Signal()
