@@ -37,6 +37,7 @@ from .layouts import (MAX_PATHS, MAX_QPS, Completion, EvCounterKind, EvEvent, Ev
                       EvState,
                       ProbeReq, RetxReq, RxKind, RxPacket, SentInfo)
 from .nscc import Nscc, NsccConfig
+from .stat_counters import StatCounters
 
 __all__ = ["SenderReliability", "RelQpConfig", "RelQpParams", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
            "AVOID_SLOTS", "MAX_TIMEOUT_EXP"]
@@ -1319,40 +1320,16 @@ class SenderReliability(wiring.Component):
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- shared counters ----------------------------------------------------------
-        # The ports are flip-flops; a copy of each lives in a distributed RAM that feeds one
-        # incrementer: each cycle the lowest pending counter k (retransmissions first) gets
-        # word[k] + 1 in its RAM word and its port.  Each of these counters is incremented at
-        # most once per 4 cycles (retransmissions: a timeout's RetxReq, then a trim NACK's 4
-        # cycles later) or per 9 cycles (the others: one ACK finish or one timeout action), and
-        # at most 7 bits are pending, so a pending bit is always served before its counter's
-        # next increment: the port lags its event by 1..7 cycles and no increment is lost.
-        # Word 7 holds 0xFFFFFFFF from the configuration and is never written: for 8 cycles
-        # after a reset the words are cleared as word[7] + 1 (as rtl/eth_mac_rx.py does).
-        ns = len(shared)
-        m.submodules.counters = cmem = memory.Memory(shape=32, depth=8,
-                                                     init=[0] * 7 + [0xFFFFFFFF])
-        cm_w = cmem.write_port()
-        cm_r = cmem.read_port(domain="comb")
-        cnt_p = Signal(ns)                 # pending increments
-        clearing = Signal(init=1)
-        clr = Signal(3)
-        pick = Signal(ns)                  # the lowest pending counter, one-hot and index
-        pick_i = Signal(3)
-        for k in reversed(range(ns)):
-            with m.If(cnt_p[k]):
-                m.d.comb += [pick.eq(1 << k), pick_i.eq(k)]
-        m.d.comb += [cm_r.addr.eq(Mux(clearing, 7, pick_i)),
-                     cm_w.addr.eq(Mux(clearing, clr, pick_i)),
-                     cm_w.data.eq(cm_r.data + 1),
-                     cm_w.en.eq(clearing | cnt_p.any())]
-        with m.If(clearing):
-            m.d.sync += [clr.eq(clr + 1), clearing.eq(clr != 6),
-                         cnt_p.eq(cnt_p | cnt_ev)]
-        with m.Else():
-            m.d.sync += cnt_p.eq((cnt_p & ~pick) | cnt_ev)
-            for k, name in enumerate(shared):
-                with m.If(pick[k]):
-                    m.d.sync += getattr(self, name).eq(cm_w.data)
+        # one incrementer for these counters (StatCounters: the lowest pending one is served
+        # each cycle).  Each is incremented at most once per 4 cycles (retransmissions: a
+        # timeout's RetxReq, then a trim NACK's 4 cycles later) or per 9 cycles (the others:
+        # one ACK finish or one timeout action), and at most 7 are pending, so a pending
+        # event is always served before its counter's next one: the port lags its event by
+        # 1..7 cycles and no increment is lost.
+        m.submodules.counters = cnts = StatCounters(len(shared))
+        m.d.comb += cnts.ev.eq(cnt_ev)
+        for k, name in enumerate(shared):
+            m.d.comb += getattr(self, name).eq(cnts.count[k])
 
         # ---- configuration write (registered; wins over everything above) --------------
         # cycle 1: the write is registered (with base + count); cycle 2: the QP's state is
