@@ -67,7 +67,7 @@ class EthMac(wiring.Component):
         (:class:`EthMacTx` ``frame_stb`` / ``oversize_stb``), frames received good, with a
         bad FCS, runts, giants, dropped for a full buffer (:class:`EthMacRx` ``status``).
         They share one incrementer (:class:`~mrcnic.rtl.stat_counters.StatCounters`, an
-        8 x 32 distributed RAM): flip-flop copies, each updated 1..7 cycles after its event.
+        8 x 32 distributed RAM): flip-flop copies, each updated 2..8 cycles after its event.
     cnt_addr : In(3), cnt_data : Out(32), cnt_fresh : Out(1)
         The counters read from the RAM (index in :data:`COUNTERS`; ``StatCounters``
         ``rd_*``); a user of this port alone leaves the flip-flop ports unconnected, and

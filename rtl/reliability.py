@@ -337,7 +337,7 @@ class SenderReliability(wiring.Component):
         Event counters (wrap around); ``retransmissions`` counts RetxReqs issued.
         ``retransmissions``, ``timeouts``, ``min_active_holds``, ``trim_nacks``,
         ``probe_replies``, ``ecn_echoes`` and ``clean_acks`` share one incrementer
-        (a distributed-RAM copy of them): they show an event 1..7 cycles after it,
+        (a distributed-RAM copy of them): they show an event 2..8 cycles after it,
         never lose one; the others count in the cycle after their event.
     """
 
@@ -1325,7 +1325,7 @@ class SenderReliability(wiring.Component):
         # timeout's RetxReq, then a trim NACK's 4 cycles later) or per 9 cycles (the others:
         # one ACK finish or one timeout action), and at most 7 are pending, so a pending
         # event is always served before its counter's next one: the port lags its event by
-        # 1..7 cycles and no increment is lost.
+        # 2..8 cycles and no increment is lost.
         m.submodules.counters = cnts = StatCounters(len(shared))
         m.d.comb += cnts.ev.eq(cnt_ev)
         for k, name in enumerate(shared):

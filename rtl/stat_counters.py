@@ -19,13 +19,14 @@ __all__ = ["StatCounters"]
 class StatCounters(wiring.Component):
     """``counters`` 32-bit event counters (wrap at 2**32) in one distributed RAM, domain ``sync``.
 
-    Each cycle the lowest-numbered counter with a pending event is served: its RAM word
-    + 1 is written back and copied into its ``count`` port.  An event (a one-cycle
-    strobe on ``ev[k]``) sets counter k's pending bit; an event that arrives while the
-    bit is still set is lost, so every source must strobe at most once per
-    ``counters`` cycles (the users' sources are frame, ACK or timeout events, at least 4
-    cycles apart, with at most 7 counters: see their notes).  ``count[k]`` lags its
-    event by 1 to ``counters`` cycles.
+    Each cycle the lowest-numbered counter with a pending event is picked (into a
+    register, clearing its pending bit) and the counter picked the cycle before is
+    served: its RAM word + 1 is written back and copied into its ``count`` port.  An
+    event (a one-cycle strobe on ``ev[k]``) sets counter k's pending bit; an event that
+    arrives while the bit is still set is lost, so every source must strobe at most once
+    per ``counters`` cycles (the users' sources are frame, ACK or timeout events, at least
+    4 cycles apart, with at most 7 counters: see their notes).  ``count[k]`` lags its
+    event by 2 to ``counters + 1`` cycles.
 
     After a reset the RAM words are cleared in the first ``depth`` cycles (``depth`` =
     the RAM's size, the next power of two above ``counters``): the last word holds
@@ -87,10 +88,13 @@ class StatCounters(wiring.Component):
         for k in reversed(range(n)):
             with m.If(pending[k]):
                 m.d.comb += [pick.eq(1 << k), pick_i.eq(k)]
-        busy = clearing | pending.any()
-        m.d.comb += [rp.addr.eq(Mux(clearing, depth - 1,
-                                    Mux(pending.any(), pick_i, self.rd_addr))),
-                     wp.addr.eq(Mux(clearing, clr, pick_i)),
+        # the pick is registered (sel_*): the read-modify-write cycle starts from flip-flops
+        sel_v = Signal()
+        sel_i = Signal(range(depth))
+        sel = Signal(n)
+        busy = clearing | sel_v
+        m.d.comb += [rp.addr.eq(Mux(clearing, depth - 1, Mux(sel_v, sel_i, self.rd_addr))),
+                     wp.addr.eq(Mux(clearing, clr, sel_i)),
                      wp.data.eq(rp.data + 1),
                      wp.en.eq(busy)]
         m.d.sync += self.rd_fresh.eq(~busy)
@@ -100,8 +104,9 @@ class StatCounters(wiring.Component):
             m.d.sync += [clr.eq(clr + 1), clearing.eq(clr != depth - 2),
                          pending.eq(pending | self.ev)]
         with m.Else():
-            m.d.sync += pending.eq((pending & ~pick) | self.ev)
+            m.d.sync += [pending.eq((pending & ~pick) | self.ev),
+                         sel_v.eq(pending.any()), sel_i.eq(pick_i), sel.eq(pick)]
             for k in range(n):
-                with m.If(pick[k]):
+                with m.If(sel_v & sel[k]):
                     m.d.sync += self.count[k].eq(wp.data)
         return m
