@@ -312,7 +312,7 @@ class BoardRegs(wiring.Component):
         words).  Unknown offsets answer SLVERR (reads: data 0).  One transaction at a
         time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 5
         cycles later (the address is registered, then decoded into one-hot selects, the
-        MACs' RX counter words are fetched meanwhile -- longer while a MAC's counter RAM
+        MACs' counter words are fetched meanwhile -- longer while a MAC's counter RAM
         is busy; a read runs through an AND-OR multiplexer in two registered stages into
         ``rdata``); host memory: the cycle after the window access is done.
     m_wr : Out(stream.Signature(WorkRequest))

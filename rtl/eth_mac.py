@@ -66,8 +66,9 @@ class EthMac(wiring.Component):
         (:data:`COUNTERS`, the board registers' order): frames sent, of them oversize
         (:class:`EthMacTx` ``frame_stb`` / ``oversize_stb``), frames received good, with a
         bad FCS, runts, giants, dropped for a full buffer (:class:`EthMacRx` ``status``).
-        They share one incrementer (:class:`~mrcnic.rtl.stat_counters.StatCounters`, an
-        8 x 32 distributed RAM): flip-flop copies, each updated 2..8 cycles after its event.
+        They share one adder (:class:`~mrcnic.rtl.stat_counters.StatCounters`, a distributed
+        RAM visited round robin): flip-flop copies, each updated 2..8 cycles after its
+        event, none lost at any frame rate.
     cnt_addr : In(3), cnt_data : Out(32), cnt_fresh : Out(1)
         The counters read from the RAM (index in :data:`COUNTERS`; ``StatCounters``
         ``rd_*``); a user of this port alone leaves the flip-flop ports unconnected, and
@@ -128,8 +129,8 @@ class EthMac(wiring.Component):
             rx.rx_dv.eq(phy.gmii_rx_dv),
             rx.rx_er.eq(phy.gmii_rx_er),
         ]
-        # the seven counters: TX frame ends (both strobes in one cycle, at least 9 cycles
-        # apart) and RX frame ends (one status per 9 cycles at most) are served within 7
+        # the seven counters: TX frame ends (frame_stb, with oversize_stb) and RX frame ends
+        # (one status strobe each), at any rate
         m.submodules.counters = cnt = StatCounters(len(COUNTERS))
         rx_ev = [rx.status_stb & (rx.status == s) for s in RxStatus]
         m.d.comb += [cnt.ev.eq(Cat(tx.frame_stb, tx.oversize_stb, *rx_ev)),

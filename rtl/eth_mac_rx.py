@@ -5,10 +5,13 @@ the FCS and packs the bytes into 32-bit words; the last word of every frame carr
 frame's status.  The words cross to the NIC domain through a small Gray-pointer FIFO
 (:class:`_Crossing`: 4 words of distributed RAM read asynchronously at a registered
 pointer, 3-bit Gray pointers; a word arrives every 4 PHY clocks at most) that the NIC
-side drains every cycle, pairs into 64-bit beats and writes into a store-and-forward
-frame buffer (:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
-only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
-bad frame is never released.
+side drains every cycle (not while its reset is asserted), pairs into 64-bit beats and
+writes into a store-and-forward frame buffer (:class:`amaranth.lib.memory.Memory`): a
+frame is written speculatively and *committed* only when its last beat reports a good
+frame; otherwise the write pointer rolls back, so a bad frame is never released.  The
+``rx_domain`` reset must follow the ``sync`` reset (``ResetSynchronizer``, as in
+:mod:`mrcnic.rtl.eth_mac`): a ``sync``-only reset of up to a few cycles in mid-frame can
+release the frame's tail as a frame.
 
 Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames shorter
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
@@ -171,8 +174,7 @@ class EthMacRx(wiring.Component):
         than ``max_frame`` bytes including the FCS) or ``OVERFLOW`` (a good frame dropped
         because the frame buffer was full -- ``m_axis`` backpressure -- or a word was lost
         at the crossing).  The reasons are exclusive and checked in the order giant, runt,
-        bad FCS, overflow.  At most one strobe per 9 cycles (a frame with its preamble is
-        at least 9 bytes on the wire).  :class:`~mrcnic.rtl.eth_mac.EthMac` counts them.
+        bad FCS, overflow.  :class:`~mrcnic.rtl.eth_mac.EthMac` counts them.
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
@@ -328,11 +330,15 @@ class EthMacRx(wiring.Component):
                     m.next = "IDLE"
 
         # ---------------------------------------------------------------- NIC side (sync)
-        # stage A: the crossing FIFO's output, registered (popped every cycle)
+        # stage A: the crossing FIFO's output, registered (popped every cycle, but not while
+        # ``sync`` is in reset and the cycle after: a ``sync``-only reset in mid-frame then
+        # overflows the FIFO, and the frame is dropped as OVERFLOW, not released headless)
+        hold = Signal(init=1)
+        m.d.sync += hold.eq(0)
         a = Signal(_Cross, reset_less=True)
         a_valid = Signal()
-        m.d.comb += fifo.r_en.eq(1)
-        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy)]
+        m.d.comb += fifo.r_en.eq(~hold)
+        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy & ~hold)]
 
         # stage B: two words make a 64-bit beat, each written in place (no lane mux); the
         # end-of-frame reason (an RxStatus value, 1..4) is kept for stage C.

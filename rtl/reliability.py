@@ -337,8 +337,9 @@ class SenderReliability(wiring.Component):
         Event counters (wrap around); ``retransmissions`` counts RetxReqs issued.
         ``retransmissions``, ``timeouts``, ``min_active_holds``, ``trim_nacks``,
         ``probe_replies``, ``ecn_echoes`` and ``clean_acks`` share one incrementer
-        (a distributed-RAM copy of them): they show an event 2..8 cycles after it,
-        never lose one; the others count in the cycle after their event.
+        (:class:`~mrcnic.rtl.stat_counters.StatCounters`, a distributed RAM visited round
+        robin): they show an event 2..8 cycles after it, never lose one; the others count
+        in the cycle after their event.
     """
 
     def __init__(self, qps: int = 2, window: int = 256, paths: int = MAX_PATHS, clk_ns: int = 8):
@@ -399,8 +400,8 @@ class SenderReliability(wiring.Component):
         qb = max(1, qbits)                 # per-QP tables are indexed by qp[:qb] (range-checked)
         abits = wbits + qbits              # slot address
 
-        # the low-rate counters share one incrementer (see "shared counters" below): an
-        # increment sets the counter's pending bit
+        # the low-rate counters share one adder (see "shared counters" below): an increment
+        # is a strobe into its pending count
         shared = ["retransmissions", "timeouts", "min_active_holds", "trim_nacks",
                   "probe_replies", "ecn_echoes", "clean_acks"]
         cnt_ev = Signal(len(shared))
@@ -1320,12 +1321,8 @@ class SenderReliability(wiring.Component):
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- shared counters ----------------------------------------------------------
-        # one incrementer for these counters (StatCounters: the lowest pending one is served
-        # each cycle).  Each is incremented at most once per 4 cycles (retransmissions: a
-        # timeout's RetxReq, then a trim NACK's 4 cycles later) or per 9 cycles (the others:
-        # one ACK finish or one timeout action), and at most 7 are pending, so a pending
-        # event is always served before its counter's next one: the port lags its event by
-        # 2..8 cycles and no increment is lost.
+        # one adder for these counters (StatCounters: pending counts, visited round robin):
+        # no event is lost at any rate; a port lags its event by 2..8 cycles
         m.submodules.counters = cnts = StatCounters(len(shared))
         m.d.comb += cnts.ev.eq(cnt_ev)
         for k, name in enumerate(shared):
