@@ -29,27 +29,27 @@ class StatCounters(wiring.Component):
     counter's RAM word + pending is written back and copied into its ``count`` port.
     ``count[k]`` therefore lags an event by 2 to ``counters + 1`` cycles, at any load.
 
-    Reset: no clearing pass.  A reset marks every counter *stale* (one flip-flop each);
-    the first visit after it writes 0 + pending and clears the mark, and a read of a stale
-    counter returns 0, so the counters read 0 from the first cycle after a reset and no
-    event is lost around it.  (The RAM itself is not reset.)
+    Reset: the first lap of visits after a reset (``counters`` cycles) writes every
+    counter as 0 + pending, reading the RAM's spare last word (0 from the configuration,
+    never written) instead of the counter's own; no event around a reset is lost, and
+    reads wait for the lap to end.
 
     Reading: ``rd_data`` is loaded with counter ``rd_addr`` in every cycle the adder does
     not use the RAM's read port (the cycles after a visit that found nothing pending);
     ``rd_fresh`` (a flip-flop) says it was loaded at the last clock edge, so with
     ``rd_addr`` held since the cycle before that edge, ``rd_data`` is that counter (as of
     one cycle ago) until ``rd_addr`` changes.  At most one cycle in ``counters`` per
-    busy source is taken, so a read waits at most ``counters`` cycles.  An ``rd_addr`` >=
-    ``counters`` reads an unused RAM word (undefined after configuration: no register).
+    busy source is taken, so a read waits at most ``counters`` cycles (plus the lap after
+    a reset).  An ``rd_addr`` >= ``counters`` reads an unused word: 0.
 
     FPGA cost (ECP5): 8 ``TRELLIS_DPR16X4`` (32 bits x 16 words), a 16-cell carry chain,
-    ``counters`` pending counts and stale flags, the round-robin pointer, and the
+    ``counters`` pending counts, the round-robin pointer, and the
     ``count`` flip-flops that are used (unused ports are removed by synthesis).
 
     Parameters
     ----------
     counters : int
-        Number of counters, 1..16.
+        Number of counters, 1..15.
 
     Attributes
     ----------
@@ -57,21 +57,21 @@ class StatCounters(wiring.Component):
         Event strobes, one bit per counter.
     count : Out(ArrayLayout(32, counters))
         The counters, flip-flops.
-    rd_addr : In(range(counters)) (4 bits at most)
+    rd_addr : In(range(depth)), ``depth`` the RAM's words (the power of two above ``counters``)
     rd_data : Out(32), rd_fresh : Out(1)
         Read port (see above).
 
     Raises
     ------
     ValueError
-        ``counters`` is not 1..16.
+        ``counters`` is not 1..15.
     """
 
     def __init__(self, counters: int):
-        if not 1 <= counters <= 16:
-            raise ValueError(f"counters must be 1..16, not {counters}")
+        if not 1 <= counters <= 15:
+            raise ValueError(f"counters must be 1..15, not {counters}")
         self.counters = counters
-        self.depth = 1 << max(0, (counters - 1).bit_length())   # RAM words (power of two)
+        self.depth = 1 << counters.bit_length()    # RAM words: a spare (zero) word at the end
         super().__init__({
             "ev": In(counters),
             "count": Out(data.ArrayLayout(32, counters)),
@@ -88,41 +88,42 @@ class StatCounters(wiring.Component):
         wp = mem.write_port()
         rp = mem.read_port(domain="comb")
         pending = [Signal(pbits, name=f"pending{k}") for k in range(n)]
-        stale = Signal(n, init=(1 << n) - 1)       # "reads 0": set by a reset
-        # the visit (registered): counter ``rr``'s pending count and stale flag are taken
+        # after a reset the first lap of visits writes 0 + pending: it reads the spare last
+        # word (0 from the configuration, never written) instead of the counter's own
+        clearing = Signal(init=1)
+        # the visit (registered): counter ``rr``'s pending count is taken
         rr = Signal(range(n))
-        sel_i = Signal(range(self.depth))
+        sel_i = Signal(range(self.depth))          # the word written
+        sel_ra = Signal(range(self.depth))         # the word read: sel_i, or the zero word
         sel = Signal(n)                            # one-hot of sel_i
         sel_v = Signal()                           # the visited counter has work
         sel_add = Signal(pbits)
-        sel_zero = Signal()                        # it was stale: its word counts from 0
         m.d.sync += rr.eq(Mux(rr == n - 1, 0, rr + 1))
-        vis_p = Signal(pbits)                      # counter rr's pending count and flag
-        vis_s = Signal()
+        with m.If(rr == n - 1):
+            m.d.sync += clearing.eq(0)
+        vis_p = Signal(pbits)                      # counter rr's pending count
         with m.Switch(rr):
             for k in range(n):
                 with m.Case(k):
-                    m.d.comb += [vis_p.eq(pending[k]), vis_s.eq(stale[k])]
-        m.d.sync += [sel_i.eq(rr), sel.eq(Const(1, n) << rr), sel_add.eq(vis_p),
-                     sel_zero.eq(vis_s), sel_v.eq((vis_p != 0) | vis_s)]
+                    m.d.comb += vis_p.eq(pending[k])
+        m.d.sync += [sel_i.eq(rr), sel_ra.eq(Mux(clearing, self.depth - 1, rr)),
+                     sel.eq(Const(1, n) << rr), sel_add.eq(vis_p),
+                     sel_v.eq((vis_p != 0) | clearing)]
         for k in range(n):
-            visit = rr == k
-            with m.If(visit):
-                m.d.sync += [pending[k].eq(self.ev[k]), stale[k].eq(0)]
+            with m.If(rr == k):
+                m.d.sync += pending[k].eq(self.ev[k])
             with m.Elif(self.ev[k]):
                 m.d.sync += pending[k].eq(pending[k] + 1)
-        # the update: word (or 0) + pending, written back and into the count port
-        m.d.comb += [rp.addr.eq(Mux(sel_v, sel_i, self.rd_addr)),
+        # the update: word + pending, written back and into the count port
+        m.d.comb += [rp.addr.eq(Mux(sel_v, sel_ra, self.rd_addr)),
                      wp.addr.eq(sel_i),
-                     wp.data.eq(Mux(sel_zero, 0, rp.data) + sel_add),
+                     wp.data.eq(rp.data + sel_add),
                      wp.en.eq(sel_v)]
         for k in range(n):
             with m.If(sel_v & sel[k]):
                 m.d.sync += self.count[k].eq(wp.data)
-        # the read port: a stale counter reads 0
-        rd_stale = Signal()
-        m.d.comb += rd_stale.eq(stale.bit_select(self.rd_addr, 1) if n > 1 else stale[0])
-        m.d.sync += self.rd_fresh.eq(~sel_v)
+        # the read port (not during the clearing lap)
+        m.d.sync += self.rd_fresh.eq(~sel_v & ~clearing)
         with m.If(~sel_v):
-            m.d.sync += self.rd_data.eq(Mux(rd_stale, 0, rp.data))
+            m.d.sync += self.rd_data.eq(rp.data)
         return m

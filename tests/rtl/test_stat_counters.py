@@ -108,7 +108,7 @@ def test_stat_counters(tmp_path, counters):
             env={"counters": counters, "seed": 7}, quiet=True)
 
 
-@pytest.mark.parametrize("counters", [0, 17])
+@pytest.mark.parametrize("counters", [0, 16])
 def test_bad_counters(counters):
     with pytest.raises(ValueError):
         StatCounters(counters)
