@@ -33,7 +33,6 @@ from ..regmap import build_regmap
 from ..rtl.axi import Axi4LiteSignature, Axi4Signature
 from ..rtl.csr_nic import TIED_OFF as CSR_TIED_OFF
 from ..rtl.csr_nic import CsrNic
-from ..rtl.eth_mac import COUNTERS as MAC_COUNTERS
 from ..rtl.eth_mac import EthMac
 from ..rtl.layouts import Completion, WorkRequest
 from ..rtl.rgmii import RgmiiDdrIo
@@ -58,7 +57,9 @@ BOARD_REGS = {
     0x0830: ("CPL_DATA0", "RO", "head receive Completion bits 31:0 (0 when none)"),
     0x0834: ("CPL_DATA1", "RO", "head Completion bits 59:32, bit 31 = valid; reading pops it"),
     **{0x0840 + 0x20 * p + 4 * i: (f"MAC{p}_{n.upper()}", "RO", f"EthMac {p} {n} (wraps)")
-       for p in range(2) for i, n in enumerate(MAC_COUNTERS)},
+       for p in range(2) for i, n in enumerate(
+           ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
+            "rx_fifo_overflow"))},
     0x0880: ("NIC_DATA_FRAMES", "RO", "data frames sent, all planes"),
     0x0884: ("NIC_ACK_FRAMES", "RO", "ACK frames sent, all planes"),
     0x0888: ("NIC_ACKS_RECEIVED", "RO", "ACK/SACK/NACK frames received"),
@@ -312,7 +313,7 @@ class BoardRegs(wiring.Component):
         words).  Unknown offsets answer SLVERR (reads: data 0).  One transaction at a
         time; AW and W are taken together; ``bvalid`` follows 2 cycles, ``rvalid`` 5
         cycles later (the address is registered, then decoded into one-hot selects, the
-        MACs' counter words are fetched meanwhile -- longer while a MAC's counter RAM
+        MACs' RX counter words are fetched meanwhile -- longer while a MAC's counter RAM
         is busy; a read runs through an AND-OR multiplexer in two registered stages into
         ``rdata``); host memory: the cycle after the window access is done.
     m_wr : Out(stream.Signature(WorkRequest))
@@ -321,12 +322,14 @@ class BoardRegs(wiring.Component):
         Receive completions into a 16-entry FIFO (through an input register: a completion
         is counted in ``BOARD_STATUS`` one cycle after it is taken; ``ready`` is a
         flip-flop, low while 13 or more are queued), popped by reading ``CPL_DATA1``.
+    tx_counters : In(ArrayLayout(32, 4))
+        MAC 0 ``tx_frames``, ``tx_oversize``, then MAC 1's.
     mac_rd_addr : Out(3)
-        The counter (index in :data:`mrcnic.rtl.eth_mac.COUNTERS`, the ``MACp_*`` register
-        order) both MACs read from their counter RAM (:class:`~mrcnic.rtl.eth_mac.EthMac`
-        ``cnt_addr``): from the registered address, so held during a read.
+        The RX counter (:class:`~mrcnic.rtl.eth_mac_rx.RxStatus` value) both MACs read from
+        their counter RAM (:class:`~mrcnic.rtl.eth_mac.EthMac` ``rx_cnt_addr``): from the
+        registered address, so held during a read.
     mac_rd_data : In(ArrayLayout(32, 2)), mac_rd_fresh : In(2)
-        MAC 0 / 1 ``cnt_data`` / ``cnt_fresh``.
+        MAC 0 / 1 ``rx_cnt_data`` / ``rx_cnt_fresh``.
     nic_stats : In(ArrayLayout(32, 5))
         ``NIC_DATA_FRAMES`` .. ``NIC_NO_PATH``.
     status : In(3)
@@ -341,6 +344,7 @@ class BoardRegs(wiring.Component):
             "s_axil": In(Axi4LiteSignature(16, 32)),
             "m_wr": Out(stream.Signature(WorkRequest)),
             "s_cpl": In(stream.Signature(Completion)),
+            "tx_counters": In(data.ArrayLayout(32, 4)),
             "mac_rd_addr": Out(3),
             "mac_rd_data": In(data.ArrayLayout(32, 2)), "mac_rd_fresh": In(2),
             "nic_stats": In(data.ArrayLayout(32, 5)),
@@ -382,13 +386,16 @@ class BoardRegs(wiring.Component):
             0x834: Cat(cf.r_data[32:], Const(0, 64 - len(cf.r_data) - 1), Const(1, 1)),
         }
         cpl_words = {(0x830 - BOARD_BASE) >> 2, (0x834 - BOARD_BASE) >> 2}
+        for p in range(2):
+            for i in range(2):
+                regs[0x840 + 0x20 * p + 4 * i] = self.tx_counters[2 * p + i]
         for i in range(5):
             regs[0x880 + 4 * i] = self.nic_stats[i]
         words = {(off - BOARD_BASE) >> 2: value for off, value in regs.items()}
-        # the MACs' counters (MACp_TX_FRAMES .. MACp_RX_FIFO_OVERFLOW): one select per MAC
-        # over its seven words, the word read from the MAC's counter RAM
-        mac_rx = [{(0x840 + 0x20 * p + 4 * i - BOARD_BASE) >> 2
-                   for i in range(len(MAC_COUNTERS))} for p in range(2)]
+        # the MACs' RX counters (MACp_RX_FRAMES .. MACp_RX_FIFO_OVERFLOW): one select per
+        # MAC over its five words, the word read from the MAC's counter RAM
+        mac_rx = [{(0x848 + 0x20 * p + 4 * i - BOARD_BASE) >> 2 for i in range(5)}
+                  for p in range(2)]
 
         # one transaction at a time: its address (AW or AR) is registered and decoded in
         # the next cycle into one-hot selects; a register read is then one AND-OR
@@ -399,7 +406,7 @@ class BoardRegs(wiring.Component):
         is_mem = addr[15]                                # >= HOSTMEM_BASE (0x8000)
         mem_idx = addr[2:15]
         mem_ok = mem_idx < self.hostmem_words
-        # MACp_* (word 16 + 8p + k) is MAC counter k: ``mac_rd_addr`` is loaded
+        # MACp_RX_* (word 16 + 8p + 2 + k) is RxStatus value k: ``mac_rd_addr`` is loaded
         # with k as the AR address is taken (IDLE, below) and held through the read
         # WR_DATA0..6 read back from a distributed-RAM copy (cheaper than a multiplexer over
         # the work-request flip-flops), at its word index
@@ -439,7 +446,7 @@ class BoardRegs(wiring.Component):
                     m.next = "WDEC"
                 with m.Elif(s.arvalid):
                     m.d.comb += s.arready.eq(1)
-                    m.d.sync += [addr.eq(s.araddr), self.mac_rd_addr.eq(s.araddr[2:5])]
+                    m.d.sync += [addr.eq(s.araddr), self.mac_rd_addr.eq(s.araddr[2:5] - 2)]
                     m.next = "RDEC"
             with m.State("WDEC"):
                 # SLVERR: decoded as the write was taken (w_bad), or a WR_POST while the
@@ -685,13 +692,17 @@ class NicBoardTop(wiring.Component):
         wiring.connect(m, regs.m_wr, nic.s_wr)
         wiring.connect(m, nic.recv_cpl, regs.s_cpl)
         m.d.comb += nic.send_cpl.ready.eq(1)
-        # the MACs' counters, read from their counter RAM
+        # TX counters from the MACs' flip-flops; RX counters read from their counter RAM
         for p, mac in enumerate(macs):
-            m.d.comb += [mac.cnt_addr.eq(regs.mac_rd_addr),
-                         regs.mac_rd_data[p].eq(mac.cnt_data),
-                         regs.mac_rd_fresh[p].eq(mac.cnt_fresh)]
+            m.d.comb += [regs.tx_counters[2 * p].eq(mac.tx_frames),
+                         regs.tx_counters[2 * p + 1].eq(mac.tx_oversize),
+                         mac.rx_cnt_addr.eq(regs.mac_rd_addr),
+                         regs.mac_rd_data[p].eq(mac.rx_cnt_data),
+                         regs.mac_rd_fresh[p].eq(mac.rx_cnt_fresh)]
+        # data_frames / ack_frames are sums over the planes: registered here, so their adders
+        # stay out of BoardRegs' read multiplexer cycle (they read as of the previous cycle)
+        m.d.sync += [regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames)]
         m.d.comb += [
-            regs.nic_stats[0].eq(nic.data_frames), regs.nic_stats[1].eq(nic.ack_frames),
             regs.nic_stats[2].eq(nic.acks_received), regs.nic_stats[3].eq(nic.placed_bytes),
             regs.nic_stats[4].eq(nic.no_path),
             regs.status.eq(Cat(locked, *rx_present)),
@@ -701,32 +712,29 @@ class NicBoardTop(wiring.Component):
         # ---- LEDs and PHY reset ----------------------------------------------------------------
         if platform is not None:
             leds = self.leds(m, platform)
-            # one free-running counter times everything: the heartbeat LED (bit 26, ~1.1 s
-            # period at 125 MHz), the activity stretch (a tick per 2**22 cycles, ~34 ms) and
-            # the PHY reset (held until bit 21 first rises, 2**21 cycles, ~17 ms)
-            beat = Signal(27)
-            m.d.sync += beat.eq(beat + 1)
-            tick, prev = Signal(), Signal()
-            m.d.sync += [prev.eq(beat[21]), tick.eq(beat[21] & ~prev)]
             act = []
             for p, mac in enumerate(macs):
                 # a frame counter moved <=> its bit 0 toggled (each counts at most one per
-                # cycle); the LED stays on for 2-3 ticks (~67-100 ms) after it
+                # cycle); the LED stays on for 2**24 cycles after it, until the down-count
+                # passes 0 (bit 24 set: no wide compare)
                 last = Signal(2)
-                stretch = Signal(2)
+                stretch = Signal(25, init=1 << 24)
                 now = Cat(mac.tx_frames[0], mac.rx_frames[0])
                 m.d.sync += last.eq(now)
                 with m.If(now != last):
-                    m.d.sync += stretch.eq(3)
-                with m.Elif(tick & (stretch != 0)):
+                    m.d.sync += stretch.eq((1 << 24) - 1)
+                with m.Elif(~stretch[24]):
                     m.d.sync += stretch.eq(stretch - 1)
-                act.append(stretch != 0)
+                act.append(~stretch[24])
+            beat = Signal(27)
+            m.d.sync += beat.eq(beat + 1)
             values = [rx_present[0], act[0], rx_present[1], act[1], beat[-1]]
             for led, value in zip(leds, values):
                 m.d.comb += led.eq(value)
-            rst_done = Signal()
-            with m.If(beat[21]):
-                m.d.sync += rst_done.eq(1)
+            # PHY reset: held for 2**21 cycles (~17 ms at 125 MHz) after configuration
+            rst_cnt = Signal(22)
+            with m.If(~rst_cnt[-1]):
+                m.d.sync += rst_cnt.eq(rst_cnt + 1)
             for r in self.phy_reset(m, platform):
-                m.d.comb += r.eq(~rst_done)
+                m.d.comb += r.eq(~rst_cnt[-1])
         return m

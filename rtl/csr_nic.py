@@ -525,9 +525,11 @@ class CsrNic(wiring.Component):
             m.d.sync += cpl_count.eq(cpl_count + 1)
         refused_d = Signal()
         m.d.sync += refused_d.eq(nic.wr_refused[0])
-        # the core's counters are flip-flops and enter the bank's read multiplexer as they are
+        # the core's counters are flip-flops and enter the bank's read multiplexer as they
+        # are; TX_PACKETS is a sum over planes and enters from a register of its own (its
+        # adder stays out of the multiplexer's cycle: it reads as of the previous cycle)
+        m.d.sync += csr.tx_packets.eq(nic.data_frames)
         m.d.comb += [
-            csr.tx_packets.eq(nic.data_frames),
             csr.rx_duplicates.eq(nic.duplicates),
             csr.rx_out_of_window.eq(nic.out_of_window), csr.rx_acks.eq(nic.acks_sent),
             csr.tx_wr_refused.eq(nic.wr_refused), csr.tx_retransmits.eq(nic.retransmits),

@@ -19,22 +19,16 @@ output) the TX side hands beats over through a register instead of an AsyncFIFO.
 1000 Mb/s only.  Source: IEEE 802.3 clauses 3, 4 and 35; RGMII v2.0.
 """
 
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
-from .eth_mac_rx import EthMacRx, RxStatus
+from .eth_mac_rx import EthMacRx
 from .eth_mac_tx import EthMacTx
 from .rgmii import RgmiiDdrSignature, RgmiiGmii
-from .stat_counters import StatCounters
 
-__all__ = ["COUNTERS", "EthMac"]
-
-#: The MAC's frame counters, in counter-RAM (``cnt_addr``) and board-register order; the
-#: RX ones follow :class:`~mrcnic.rtl.eth_mac_rx.RxStatus` (OK, BAD_FCS, RUNT, GIANT, OVERFLOW).
-COUNTERS = ("tx_frames", "tx_oversize", "rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant",
-            "rx_fifo_overflow")
+__all__ = ["EthMac"]
 
 
 class EthMac(wiring.Component):
@@ -62,17 +56,10 @@ class EthMac(wiring.Component):
     rgmii : Out(RgmiiDdrSignature())
         TXD/TX_CTL halves (``tx_domain``), RXD/RX_CTL halves (``rx_domain``).
     tx_frames, tx_oversize, rx_frames, rx_bad_fcs, rx_runt, rx_giant, rx_fifo_overflow : Out(32)
-        Frame counters in ``sync`` (wrap at 2**32, 0 after a reset), in this order
-        (:data:`COUNTERS`, the board registers' order): frames sent, of them oversize
-        (:class:`EthMacTx` ``frame_stb`` / ``oversize_stb``), frames received good, with a
-        bad FCS, runts, giants, dropped for a full buffer (:class:`EthMacRx` ``status``).
-        They share one adder (:class:`~mrcnic.rtl.stat_counters.StatCounters`, a distributed
-        RAM visited round robin): flip-flop copies, each updated 2..8 cycles after its
-        event, none lost at any frame rate.
-    cnt_addr : In(3), cnt_data : Out(32), cnt_fresh : Out(1)
-        The counters read from the RAM (index in :data:`COUNTERS`; ``StatCounters``
-        ``rd_*``); a user of this port alone leaves the flip-flop ports unconnected, and
-        synthesis removes them.
+        Frame counters in ``sync`` (wrap at 2**32); see :class:`EthMacTx` / :class:`EthMacRx`.
+    rx_cnt_addr : In(3), rx_cnt_data : Out(32), rx_cnt_fresh : Out(1)
+        The RX counters read from their RAM copy (:class:`EthMacRx` ``cnt_*``); a user of
+        this port alone leaves the five RX counter flip-flop ports unconnected.
     """
 
     def __init__(self, *, max_frame: int = 1518, rx_buffer_frames: int = 1,
@@ -105,9 +92,9 @@ class EthMac(wiring.Component):
             "rx_runt": Out(32),
             "rx_giant": Out(32),
             "rx_fifo_overflow": Out(32),
-            "cnt_addr": In(3),
-            "cnt_data": Out(32),
-            "cnt_fresh": Out(1),
+            "rx_cnt_addr": In(3),
+            "rx_cnt_data": Out(32),
+            "rx_cnt_fresh": Out(1),
         })
 
     def elaborate(self, platform):
@@ -129,13 +116,10 @@ class EthMac(wiring.Component):
             rx.rx_dv.eq(phy.gmii_rx_dv),
             rx.rx_er.eq(phy.gmii_rx_er),
         ]
-        # the seven counters: TX frame ends (frame_stb, with oversize_stb) and RX frame ends
-        # (one status strobe each), at any rate
-        m.submodules.counters = cnt = StatCounters(len(COUNTERS))
-        rx_ev = [rx.status_stb & (rx.status == s) for s in RxStatus]
-        m.d.comb += [cnt.ev.eq(Cat(tx.frame_stb, tx.oversize_stb, *rx_ev)),
-                     cnt.rd_addr.eq(self.cnt_addr), self.cnt_data.eq(cnt.rd_data),
-                     self.cnt_fresh.eq(cnt.rd_fresh)]
-        for k, name in enumerate(COUNTERS):
-            m.d.comb += getattr(self, name).eq(cnt.count[k])
+        for name in ("tx_frames", "tx_oversize"):
+            m.d.comb += getattr(self, name).eq(getattr(tx, name))
+        for name in ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow"):
+            m.d.comb += getattr(self, name).eq(getattr(rx, name))
+        m.d.comb += [rx.cnt_addr.eq(self.rx_cnt_addr), self.rx_cnt_data.eq(rx.cnt_data),
+                     self.rx_cnt_fresh.eq(rx.cnt_fresh)]
         return m

@@ -5,13 +5,11 @@ the FCS and packs the bytes into 32-bit words; the last word of every frame carr
 frame's status.  The words cross to the NIC domain through a small Gray-pointer FIFO
 (:class:`_Crossing`: 4 words of distributed RAM read asynchronously at a registered
 pointer, 3-bit Gray pointers; a word arrives every 4 PHY clocks at most) that the NIC
-side drains every cycle (not while its reset is asserted), pairs into 64-bit beats and
-writes into a store-and-forward frame buffer (:class:`amaranth.lib.memory.Memory`): a
-frame is written speculatively and *committed* only when its last beat reports a good
-frame; otherwise the write pointer rolls back, so a bad frame is never released.  The
-``rx_domain`` reset must follow the ``sync`` reset (``ResetSynchronizer``, as in
-:mod:`mrcnic.rtl.eth_mac`): a ``sync``-only reset of up to a few cycles in mid-frame can
-release the frame's tail as a frame.
+side drains every cycle (except
+for 5 cycles after a reset), pairs into 64-bit beats and writes into a store-and-forward
+frame buffer (:class:`amaranth.lib.memory.Memory`): a frame is written speculatively and *committed*
+only when its last beat reports a good frame; otherwise the write pointer rolls back, so a
+bad frame is never released.
 
 Source: IEEE 802.3 clause 3 (frame format, FCS 3.2.9), clause 4.2.4.2.2 (frames shorter
 than 64 bytes are discarded), clause 35 (GMII RX_DV / RX_ER).
@@ -166,15 +164,31 @@ class EthMacRx(wiring.Component):
         only the ``tlast`` beat partial.  A frame appears only after its last byte and FCS
         were checked (store and forward).  ``tvalid`` never waits on ``tready``; the sink
         may stall forever: frames that find the buffer full are dropped and counted.
-    status_stb : Out(1), status : Out(RxStatus), domain ``sync``
-        One-cycle strobe (flip-flops) per frame end, one cycle after the frame's fate is
-        decided (buffer commit / rollback), with the frame's :class:`RxStatus`: ``OK``
-        (a good frame committed to the buffer), ``BAD_FCS`` (FCS mismatch or RX_ER inside
-        the frame), ``RUNT`` (shorter than 64 bytes including the FCS), ``GIANT`` (longer
-        than ``max_frame`` bytes including the FCS) or ``OVERFLOW`` (a good frame dropped
-        because the frame buffer was full -- ``m_axis`` backpressure -- or a word was lost
-        at the crossing).  The reasons are exclusive and checked in the order giant, runt,
-        bad FCS, overflow.  :class:`~mrcnic.rtl.eth_mac.EthMac` counts them.
+    rx_frames : Out(32), domain ``sync``
+        Good frames committed to the buffer.
+    rx_bad_fcs : Out(32)
+        Frames dropped for an FCS mismatch or RX_ER inside the frame.
+    rx_runt : Out(32)
+        Frames dropped for being shorter than 64 bytes including the FCS.
+    rx_giant : Out(32)
+        Frames dropped for being longer than ``max_frame`` bytes including the FCS.
+    rx_fifo_overflow : Out(32)
+        Good frames dropped because the frame buffer was full (``m_axis`` backpressure) or
+        a word was lost at the crossing.  All counters are in ``sync``; the status reasons
+        are exclusive and checked in the order giant, runt, bad FCS, overflow.  The five
+        counters are flip-flops, updated one cycle after the frame's end is decided
+        (buffer commit / rollback) by one shared incrementer that reads a copy of them
+        in an 8 x 32 distributed RAM; they are 0 after a reset (the RAM copy is cleared
+        in the 5 cycles after it, while the crossing FIFO is not popped).
+    cnt_addr : In(3), domain ``sync``
+        A counter to read from the RAM copy (its :class:`RxStatus` value: 0 ``rx_frames``,
+        1 ``rx_bad_fcs``, 2 ``rx_runt``, 3 ``rx_giant``, 4 ``rx_fifo_overflow``), for a
+        reader that needs no flip-flop port per counter (the board registers).
+    cnt_data : Out(32), cnt_fresh : Out(1), domain ``sync``
+        ``cnt_data`` is loaded with the counter at ``cnt_addr`` in every cycle the shared
+        incrementer does not use the RAM; ``cnt_fresh`` (a flip-flop) says it was loaded
+        at the last clock edge, so with ``cnt_addr`` held since the cycle before that edge,
+        ``cnt_data`` is that counter (as of one cycle ago) until ``cnt_addr`` changes.
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
@@ -205,8 +219,14 @@ class EthMacRx(wiring.Component):
             "rx_dv": In(1),
             "rx_er": In(1),
             "m_axis": Out(AxiStreamSignature(64)),
-            "status_stb": Out(1),
-            "status": Out(RxStatus),
+            "rx_frames": Out(32),
+            "rx_bad_fcs": Out(32),
+            "rx_runt": Out(32),
+            "rx_giant": Out(32),
+            "rx_fifo_overflow": Out(32),
+            "cnt_addr": In(3),
+            "cnt_data": Out(32),
+            "cnt_fresh": Out(1),
         })
 
     def elaborate(self, platform):
@@ -330,15 +350,13 @@ class EthMacRx(wiring.Component):
                     m.next = "IDLE"
 
         # ---------------------------------------------------------------- NIC side (sync)
-        # stage A: the crossing FIFO's output, registered (popped every cycle, but not while
-        # ``sync`` is in reset and the cycle after: a ``sync``-only reset in mid-frame then
-        # overflows the FIFO, and the frame is dropped as OVERFLOW, not released headless)
-        hold = Signal(init=1)
-        m.d.sync += hold.eq(0)
+        # stage A: the crossing FIFO's output, registered (popped every cycle, except in the
+        # 5 cycles after a reset while stage D clears its counter RAM).
+        clearing = Signal(init=1)
         a = Signal(_Cross, reset_less=True)
         a_valid = Signal()
-        m.d.comb += fifo.r_en.eq(~hold)
-        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy & ~hold)]
+        m.d.comb += fifo.r_en.eq(~clearing)
+        m.d.sync += [a.eq(fifo.r_data), a_valid.eq(fifo.r_rdy & ~clearing)]
 
         # stage B: two words make a 64-bit beat, each written in place (no lane mux); the
         # end-of-frame reason (an RxStatus value, 1..4) is kept for stage C.
@@ -404,8 +422,35 @@ class EthMacRx(wiring.Component):
                     m.d.sync += [wr.eq(commit),
                                  cnt_idx.eq(Mux(b_good, RxStatus.OVERFLOW.value, b_code))]
 
-        # stage D: the frame's status, to the MAC's counters
-        m.d.comb += [self.status_stb.eq(cnt_go), self.status.eq(cnt_idx)]
+        # stage D: the five counters.  The ports are flip-flops; a copy of each lives in a
+        # distributed RAM (word = RxStatus value) that feeds the one shared incrementer:
+        # stats[idx] + 1 goes back to the RAM and into the port of that counter, one
+        # frame per cycle.  Word 7 is never written: it holds 0xFFFFFFFF from the
+        # configuration, so after a reset words 0..4 are cleared as stats[7] + 1 (the
+        # crossing FIFO is not popped meanwhile, so no frame ends during those cycles).
+        names = ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow")
+        m.submodules.stats = stats = Memory(shape=32, depth=8, init=[0] * 7 + [0xFFFFFFFF])
+        st_w = stats.write_port()
+        st_r = stats.read_port(domain="comb")
+        clr = Signal(3)
+        # the read port serves the incrementer, else ``cnt_addr`` (into ``cnt_data``)
+        busy = clearing | cnt_go
+        m.d.comb += [
+            st_r.addr.eq(Mux(clearing, 7, Mux(cnt_go, cnt_idx, self.cnt_addr))),
+            st_w.addr.eq(Mux(clearing, clr, cnt_idx)),
+            st_w.data.eq(st_r.data + 1),
+            st_w.en.eq(busy),
+        ]
+        m.d.sync += self.cnt_fresh.eq(~busy)
+        with m.If(~busy):
+            m.d.sync += self.cnt_data.eq(st_r.data)
+        with m.If(clearing):
+            m.d.sync += clr.eq(clr + 1)
+            with m.If(clr == len(names) - 1):
+                m.d.sync += clearing.eq(0)
+        for k, name in enumerate(names):
+            with m.If(cnt_go & (cnt_idx == k)):
+                m.d.sync += getattr(self, name).eq(st_w.data)
 
         # Read pipeline, all stages enabled by ``go`` (a register): block-RAM read (v1),
         # ``q`` = the read data with nothing in between (it becomes the EBR's output

@@ -75,15 +75,13 @@ class EthMacTx(wiring.Component):
         GMII transmit: 7 x 0x55, 0xD5, payload, zero pad to 60 bytes, FCS (CRC-32,
         ``zlib.crc32`` of the padded payload, least significant byte first), then at
         least 12 idle cycles (interframe gap).  ``tx_er`` is always 0.  Registered outputs.
-    frame_stb : Out(1), domain ``sync``
-        One-cycle strobe (a flip-flop, the cycle after the last beat is taken) per frame
-        accepted from ``s_axis`` (every accepted frame is transmitted); counted by
-        :class:`~mrcnic.rtl.eth_mac.EthMac` as ``tx_frames``.
-    oversize_stb : Out(1), domain ``sync``
-        Strobe with ``frame_stb`` when the frame is longer than ``max_frame - 4`` bytes
-        (``tx_oversize``).  Such a frame is sent with an inverted FCS so every receiver
-        drops it: whole if it ends within ``ceil((max_frame - 4) / 8)`` beats, otherwise
-        cut after that many beats (the rest is accepted and discarded).
+    tx_frames : Out(32), domain ``sync``
+        Frames accepted from ``s_axis`` (every accepted frame is transmitted).
+    tx_oversize : Out(32), domain ``sync``
+        Frames longer than ``max_frame - 4`` bytes.  They are sent with an inverted FCS so
+        every receiver drops them: whole if they end within ``ceil((max_frame - 4) / 8)``
+        beats, otherwise cut after that many beats (the rest is accepted and discarded).
+        They are also counted in ``tx_frames``.
 
     Store and forward: a frame becomes readable once its last beat is in the buffer
     (committed write pointer); the reader moves committed beats into the crossing FIFO
@@ -116,8 +114,8 @@ class EthMacTx(wiring.Component):
             "txd": Out(8),
             "tx_en": Out(1),
             "tx_er": Out(1),
-            "frame_stb": Out(1),
-            "oversize_stb": Out(1),
+            "tx_frames": Out(32),
+            "tx_oversize": Out(32),
         })
 
     def elaborate(self, platform):
@@ -179,11 +177,12 @@ class EthMacTx(wiring.Component):
         fire = s.tvalid & s.tready
         m.d.comb += discard_nxt.eq(Mux(fire, ~s.tlast & (discard | final), discard))
         m.d.sync += [discard.eq(discard_nxt), tready.eq((used <= depth - 3) | discard_nxt)]
-        m.d.sync += [self.frame_stb.eq(fire & s.tlast),
-                     self.oversize_stb.eq(fire & s.tlast & (discard | too_long))]
         with m.If(fire):
             with m.If(s.tlast):
-                m.d.sync += [beats.eq(0), final.eq(0)]
+                m.d.sync += [beats.eq(0), final.eq(0),
+                             self.tx_frames.eq(self.tx_frames + 1)]
+                with m.If(discard | too_long):
+                    m.d.sync += self.tx_oversize.eq(self.tx_oversize + 1)
             with m.Elif(~truncate & ~discard):
                 m.d.sync += [beats.eq(beats + 1), final.eq(beats == self.max_beats - 2)]
 

@@ -136,7 +136,7 @@ class MRCNic(wiring.Component):
     no_path : Out(1)
         The current request's EV profile has no eligible entry (traffic waits).
     data_frames, ack_frames : Out(32)
-        Data frames and ACK frames sent, all planes (wrap); 2 cycles behind the last beats.
+        Data frames and ACK frames sent, all planes (wrap).
     acks_received : Out(32)
         ACK/SACK/NACK/probe-reply frames received and validated (wrap).
     placed_bytes, duplicates, out_of_window, acks_sent, accepted : Out(32)
@@ -343,14 +343,12 @@ class MRCNic(wiring.Component):
             wiring.connect(m, getattr(tx, f"m_axis_p{i}"), mux.s_axis_0)
             wiring.connect(m, getattr(rx, f"m_axis_p{i}"), mux.s_axis_1)
             wiring.connect(m, mux.m_axis, wiring.flipped(getattr(self, f"m_axis_p{i}")))
-        # one accumulator per kind over all planes (not a counter per plane and their sum):
-        # the frame ends of a cycle are counted into a register, then added (2 cycles late)
-        for count, src in ((data_count, tx), (ack_count, rx)):
-            ends = [s.tvalid & s.tready & s.tlast
-                    for s in (getattr(src, f"m_axis_p{i}") for i in range(n))]
-            inc = Signal(range(n + 1))
-            m.d.sync += [inc.eq(sum(ends)), count.eq(count + inc)]
-        m.d.comb += [self.data_frames.eq(data_count), self.ack_frames.eq(ack_count)]
+        muxes = [getattr(m.submodules, f"mux_p{i}") for i in range(n)]
+        m.d.comb += [
+            data_count.eq(sum(mx.frames_0 for mx in muxes)),
+            ack_count.eq(sum(mx.frames_1 for mx in muxes)),
+            self.data_frames.eq(data_count), self.ack_frames.eq(ack_count),
+        ]
         return m
 
     def _wire_reliability(self, m, tx, rx, rel, probe_table):

@@ -37,7 +37,6 @@ from .layouts import (MAX_PATHS, MAX_QPS, Completion, EvCounterKind, EvEvent, Ev
                       EvState,
                       ProbeReq, RetxReq, RxKind, RxPacket, SentInfo)
 from .nscc import Nscc, NsccConfig
-from .stat_counters import StatCounters
 
 __all__ = ["SenderReliability", "RelQpConfig", "RelQpParams", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
            "AVOID_SLOTS", "MAX_TIMEOUT_EXP"]
@@ -337,9 +336,8 @@ class SenderReliability(wiring.Component):
         Event counters (wrap around); ``retransmissions`` counts RetxReqs issued.
         ``retransmissions``, ``timeouts``, ``min_active_holds``, ``trim_nacks``,
         ``probe_replies``, ``ecn_echoes`` and ``clean_acks`` share one incrementer
-        (:class:`~mrcnic.rtl.stat_counters.StatCounters`, a distributed RAM visited round
-        robin): they show an event 2..8 cycles after it, never lose one; the others count
-        in the cycle after their event.
+        (a distributed-RAM copy of them): they show an event 1..7 cycles after it,
+        never lose one; the others count in the cycle after their event.
     """
 
     def __init__(self, qps: int = 2, window: int = 256, paths: int = MAX_PATHS, clk_ns: int = 8):
@@ -400,8 +398,8 @@ class SenderReliability(wiring.Component):
         qb = max(1, qbits)                 # per-QP tables are indexed by qp[:qb] (range-checked)
         abits = wbits + qbits              # slot address
 
-        # the low-rate counters share one adder (see "shared counters" below): an increment
-        # is a strobe into its pending count
+        # the low-rate counters share one incrementer (see "shared counters" below): an
+        # increment sets the counter's pending bit
         shared = ["retransmissions", "timeouts", "min_active_holds", "trim_nacks",
                   "probe_replies", "ecn_echoes", "clean_acks"]
         cnt_ev = Signal(len(shared))
@@ -908,17 +906,13 @@ class SenderReliability(wiring.Component):
         nxt_eq = Signal()                  # psn - nxt is 1 behind a new PSN of this QP, else 0
         m.d.comb += nxt_eq.eq(s1_dnz.all() & (s1_dn0 == s1_bn))
         m.d.comb += new_ok.eq(s1_nw & nxt_eq & ~outst[q1][wbits])
+        with m.If(new_ok):
+            m.d.sync += [nxt[q1].eq(nxt[q1] + 1), outst[q1].eq(outst[q1] + 1)]
         inc(self.sent_dropped, s1.is_sent & ~s1_sent.retx & ~new_ok)
         # a CUM operation always targets una (the ACK job bounded it by outst)
         m.d.comb += cum_ok.eq((s1_op == _OP_CUM) & qok1)
-        # one adder per QP and register (not one behind the QP multiplexer): the +-1 values
-        # are ready from the registers while new_ok / cum_ok (exclusive: one op) settle
-        for i in range(qps):
-            this_qp = (q1 == i) if qps > 1 else 1     # (new_ok and cum_ok check qp < qps)
-            with m.If(new_ok & this_qp):
-                m.d.sync += [nxt[i].eq(nxt[i] + 1), outst[i].eq(outst[i] + 1)]
-            with m.If(cum_ok & this_qp):
-                m.d.sync += [una[i].eq(una[i] + 1), outst[i].eq(outst[i] - 1)]
+        with m.If(cum_ok):
+            m.d.sync += [una[q1].eq(una[q1] + 1), outst[q1].eq(outst[q1] - 1)]
         # in [una, nxt): 0 <= psn - una < outst, or, behind a CUM of this QP (una + 1),
         # 1 <= psn - una <= outst (outst < 2**obits: the high bits are zero in both)
         d_lt = Signal()
@@ -1321,12 +1315,40 @@ class SenderReliability(wiring.Component):
         m.d.sync += pr_due.eq((pr_due & ~pr_clear) | pr_set)
 
         # ---- shared counters ----------------------------------------------------------
-        # one adder for these counters (StatCounters: pending counts, visited round robin):
-        # no event is lost at any rate; a port lags its event by 2..8 cycles
-        m.submodules.counters = cnts = StatCounters(len(shared))
-        m.d.comb += cnts.ev.eq(cnt_ev)
-        for k, name in enumerate(shared):
-            m.d.comb += getattr(self, name).eq(cnts.count[k])
+        # The ports are flip-flops; a copy of each lives in a distributed RAM that feeds one
+        # incrementer: each cycle the lowest pending counter k (retransmissions first) gets
+        # word[k] + 1 in its RAM word and its port.  Each of these counters is incremented at
+        # most once per 4 cycles (retransmissions: a timeout's RetxReq, then a trim NACK's 4
+        # cycles later) or per 9 cycles (the others: one ACK finish or one timeout action), and
+        # at most 7 bits are pending, so a pending bit is always served before its counter's
+        # next increment: the port lags its event by 1..7 cycles and no increment is lost.
+        # Word 7 holds 0xFFFFFFFF from the configuration and is never written: for 8 cycles
+        # after a reset the words are cleared as word[7] + 1 (as rtl/eth_mac_rx.py does).
+        ns = len(shared)
+        m.submodules.counters = cmem = memory.Memory(shape=32, depth=8,
+                                                     init=[0] * 7 + [0xFFFFFFFF])
+        cm_w = cmem.write_port()
+        cm_r = cmem.read_port(domain="comb")
+        cnt_p = Signal(ns)                 # pending increments
+        clearing = Signal(init=1)
+        clr = Signal(3)
+        pick = Signal(ns)                  # the lowest pending counter, one-hot and index
+        pick_i = Signal(3)
+        for k in reversed(range(ns)):
+            with m.If(cnt_p[k]):
+                m.d.comb += [pick.eq(1 << k), pick_i.eq(k)]
+        m.d.comb += [cm_r.addr.eq(Mux(clearing, 7, pick_i)),
+                     cm_w.addr.eq(Mux(clearing, clr, pick_i)),
+                     cm_w.data.eq(cm_r.data + 1),
+                     cm_w.en.eq(clearing | cnt_p.any())]
+        with m.If(clearing):
+            m.d.sync += [clr.eq(clr + 1), clearing.eq(clr != 6),
+                         cnt_p.eq(cnt_p | cnt_ev)]
+        with m.Else():
+            m.d.sync += cnt_p.eq((cnt_p & ~pick) | cnt_ev)
+            for k, name in enumerate(shared):
+                with m.If(pick[k]):
+                    m.d.sync += getattr(self, name).eq(cm_w.data)
 
         # ---- configuration write (registered; wins over everything above) --------------
         # cycle 1: the write is registered (with base + count); cycle 2: the QP's state is

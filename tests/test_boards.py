@@ -265,7 +265,7 @@ class _RegsHarness(wiring.Component):
         self.regs = BoardRegs(512)
         self.split = AxilSplit()
         self.mem = HostMemory(2048)
-        super().__init__({"mac_counters": In(data.ArrayLayout(32, 16)), "rx_free": In(1)})
+        super().__init__({"rx_counters": In(data.ArrayLayout(32, 10)), "rx_free": In(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -275,12 +275,12 @@ class _RegsHarness(wiring.Component):
         m.d.comb += [h.win_addr.eq(r.win_addr), h.win_we.eq(r.win_we), h.win_re.eq(r.win_re),
                      h.win_wdata.eq(r.win_wdata), r.win_rdata.eq(h.win_rdata),
                      r.win_done.eq(h.win_done)]
-        # the MACs' counter read ports (EthMac cnt_*): the word at mac_rd_addr, registered,
-        # loaded only while ``rx_free`` (the counter RAM is not busy)
+        # the MACs' RX counter read ports (EthMacRx cnt_*): the word at mac_rd_addr,
+        # registered, loaded only while ``rx_free`` (the counter RAM is not busy)
         for p in range(2):
             with m.If(self.rx_free):
                 m.d.sync += r.mac_rd_data[p].eq(
-                    self.mac_counters.as_value().word_select(8 * p + r.mac_rd_addr, 32))
+                    self.rx_counters.as_value().word_select(5 * p + r.mac_rd_addr, 32))
             m.d.sync += r.mac_rd_fresh[p].eq(self.rx_free)
         return m
 
@@ -431,7 +431,10 @@ def test_board_regs():
         # MAC / NIC counters: each register reads its own input
         for i in range(14):
             value = 0x1000_0000 * (i % 8) + 0x100 * i + 1
-            ctx.set(dut.mac_counters[8 * (i // 7) + i % 7], value)
+            if i % 7 < 2:
+                ctx.set(regs.tx_counters[2 * (i // 7) + i % 7], value)
+            else:
+                ctx.set(dut.rx_counters[5 * (i // 7) + i % 7 - 2], value)
         for i in range(5):
             ctx.set(regs.nic_stats[i], 0xABC0_0000 + i)
         for busy in (0, 1):

@@ -320,7 +320,7 @@ async def run_ecn_avoid(dut):
     tb.send(0, 8, qp=1)
     await tb.idle(2)
     tb.send_ack(0, qp=1, ev=EV(8), flags=wire.SACK_ECN_ECHO)
-    await tb.idle(40)
+    await tb.idle(20)
     assert int(dut.avoid.value) == 0
     assert tb.count("ecn_echoes") == 3 and tb.count("clean_acks") == 1
 
