@@ -11,7 +11,7 @@ import contextlib
 import signal
 import threading
 
-__all__ = ["sigterm_as_interrupt"]
+__all__ = ["sigterm_as_interrupt", "stop_children"]
 
 
 @contextlib.contextmanager
@@ -32,3 +32,32 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def stop_children(grace_s: float = 1.0) -> list[int]:
+    """Terminate every descendant process of this one (simulator, compiler, build tools).
+
+    SIGTERM first, SIGKILL to whatever is still alive after ``grace_s`` seconds; returns
+    the pids that were signalled.  Used when a Ctrl-C arrives while a simulator is being
+    built or started and cannot be reached through the stop file, so that ``mrcnic``
+    never leaves a simulator running.
+    """
+    import psutil
+
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    for p in kids:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(kids, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in kids]

@@ -139,9 +139,9 @@ def bench_rx(packets: int = 48, payloads=PAYLOADS, build_dir=None) -> list[dict]
 
     from .rx_tb import RxJob, run_rx
 
-    root = Path(__file__).resolve().parents[1] / "examples"
-    tx = compile_tables(load_config(root / "two_nics.toml"))
-    rx_cfg = root / "nic1.toml"
+    from mrcnic.resources import example
+    tx = compile_tables(load_config(example("two_nics.toml")))
+    rx_cfg = example("nic1.toml")
     rx = compile_tables(load_config(rx_cfg))
     mr = rx.memory_regions[0]
     rng = random.Random(1)

@@ -218,8 +218,9 @@ def _resolve(sc: dict):
 
     stride = _stride(sc["size"])
     if sc.get("configs"):
-        texts = [(REPO / c).read_text() for c in sc["configs"]]
-        sources = [str(REPO / c) for c in sc["configs"]]
+        from mrcnic.resources import resource_text
+        texts = [resource_text(c) for c in sc["configs"]]     # package data (examples/...)
+        sources = [str(c) for c in sc["configs"]]
     else:
         topo = ClosTopology(**sc["topology"])
         n_in = max(sum(1 for t in sc["transfers"] if t["dst"] == k) for k in range(len(sc["nics"])))
