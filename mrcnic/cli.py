@@ -5,26 +5,67 @@ Sub-commands are thin: each parses its options and calls into the package
 tested.  Contract: ../shared/DESIGN.md "Command line".
 """
 
+import contextlib
+import shutil
 import sys
+import tempfile
 
 import click
 
 from . import __version__
+from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, OUT_DIR, OUT_FILE, SIZE, InputError,
+                     MrcnicGroup, RunFailed)
 from .fw.cli import INT
 from .interrupt import sigterm_as_interrupt
 
 __all__ = ["main"]
 
+_EPILOG = "Exit codes: " + "; ".join(f"{c} {what}" for c, what in EXIT_CODES.items()) + "."
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=MrcnicGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=_EPILOG)
 @click.version_option(__version__, prog_name="mrcnic")
 def main():
     """mrcnic: an open NIC for MRC (Multipath Reliable Connection)."""
 
 
 def _fail(message: str):
-    click.secho(f"error: {message}", fg="red", err=True)
-    sys.exit(2)
+    """Bad input found by a command: one ``error:`` line, exit status 2 (mrcnic.clikit)."""
+    raise InputError(message)
+
+
+_KEEP = click.option("--keep", is_flag=True,
+                     help="Keep the temporary build directory (removed by default unless the "
+                          "run failed; --build-dir is always kept).")
+
+
+@contextlib.contextmanager
+def _build_dir(build_dir, keep: bool, name: str):
+    """The run's build directory: ``build_dir`` if given (kept), else a new temporary one,
+    removed when the command ends unless ``keep`` or the command failed (its logs stay)."""
+    if build_dir is not None:
+        yield build_dir
+        return
+    tmp = tempfile.mkdtemp(prefix=f"mrcnic-{name}-")
+    failed = False
+    try:
+        yield tmp
+    except (SystemExit, click.ClickException) as exc:
+        code = exc.code if isinstance(exc, SystemExit) else exc.exit_code
+        failed = code not in (0, None, EXIT_INTERRUPTED)
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if keep or failed:
+            if failed and not keep:
+                click.echo(f"build directory kept for its logs: {tmp}", err=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 
@@ -33,8 +74,9 @@ def _fail(message: str):
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="NIC configuration file (TOML, see docs/config.md).")
 @click.option("--qp", required=True, type=int, help="QP index: position in the config's [[qps]].")
-@click.option("--size", required=True, type=INT, help="Bytes to write (1..2**31).")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--size", required=True, type=SIZE,
+              help="Bytes to write (1..2**31; units: 64k, 1MiB, ...).")
+@click.option("--out", type=OUT_FILE, default=None,
               help="pcap of every frame sent (also OUT-p<plane>.pcap per plane).")
 @click.option("--peer-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The peer's config: its first memory region gives the default VA and rkey.")
@@ -42,23 +84,28 @@ def _fail(message: str):
 @click.option("--rkey", type=INT, default=None, help="Remote rkey (default: peer's first region).")
 @click.option("--imm", type=INT, default=None, help="Send a Write-with-Immediate with this value.")
 @click.option("--seed", type=int, default=1, help="Seed of the random source data.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write a summary as JSON.")
-@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")
-def send(config_path, qp, size, out, peer_config, va, rkey, imm, seed, json_path, waves):
+@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run (kept).")
+@click.option("--build-dir", type=OUT_DIR, default=None,
+              help="Build and run directory (default: a temporary one, removed at the end).")
+@_KEEP
+def send(config_path, qp, size, out, peer_config, va, rkey, imm, seed, json_path, waves,
+         build_dir, keep):
     """Run the RTL transmit path on one RDMA WRITE and capture the frames."""
     from .sim.send import run_send
 
-    try:
-        summary = run_send(config_path, qp=qp, size=size, out=out, peer_config=peer_config,
-                           va=va, rkey=rkey, imm=imm, seed=seed, json_path=json_path,
-                           waves=waves)
-    except (ValueError, OSError) as exc:
-        _fail(str(exc))
-    _print_send(summary)
+    with _build_dir(build_dir, keep or waves, "send") as bdir:
+        try:
+            summary = run_send(config_path, qp=qp, size=size, out=out, peer_config=peer_config,
+                               va=va, rkey=rkey, imm=imm, seed=seed, json_path=json_path,
+                               waves=waves, build_dir=bdir)
+        except (ValueError, OSError) as exc:
+            _fail(str(exc))
+        _print_send(summary, kept=bool(build_dir or keep or waves))
 
 
-def _print_send(summary):
+def _print_send(summary, kept=True):
     from rich.console import Console
     from rich.table import Table
 
@@ -70,20 +117,24 @@ def _print_send(summary):
     Console().print(table)
     for path in summary.get("pcaps", []):
         click.echo(f"wrote {path}")
-    click.echo(f"build directory (Verilog, simulator log): {summary['build_dir']}")
+    if kept:
+        click.echo(f"build directory (Verilog, simulator log): {summary['build_dir']}")
 
 
 @main.command()
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The receiving NIC's configuration file (TOML).")
 @click.argument("pcaps", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", type=OUT_FILE, default=None,
               help="pcap of every frame the NIC sent in answer (ACK/SACK/NACK).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write the full report (per-frame verdicts, writes, completions) as JSON.")
 @click.option("--raw", is_flag=True, help="Feed frames as captured (no arrival-form rewrite).")
-@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")
-def replay(config_path, pcaps, out, json_path, raw, waves):
+@click.option("--waves", is_flag=True, help="Dump an FST waveform of the run (kept).")
+@click.option("--build-dir", type=OUT_DIR, default=None,
+              help="Build and run directory (default: a temporary one, removed at the end).")
+@_KEEP
+def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
     """Feed the frames of pcap file(s) into the RTL receive path and report what it did."""
     from rich.console import Console
     from rich.table import Table
@@ -91,12 +142,14 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
     from .sim.replay import run_replay
 
     console = Console()
-    try:
-        with console.status("simulating the receive pipeline (Icarus)..."):
-            report = run_replay(config_path, pcaps, out=out, json_path=json_path, raw=raw,
-                                waves=waves)
-    except (ValueError, OSError) as exc:
-        _fail(str(exc))
+    kept = bool(build_dir or keep or waves)
+    with _build_dir(build_dir, kept, "replay") as bdir:
+        try:
+            with console.status("simulating the receive pipeline (Icarus)..."):
+                report = run_replay(config_path, pcaps, out=out, json_path=json_path, raw=raw,
+                                    waves=waves, build_dir=bdir)
+        except (ValueError, OSError) as exc:
+            _fail(str(exc))
     table = Table(title=f"mrcnic replay: {report['frames']} frames")
     for col in ("#", "plane", "bytes", "verdict"):
         table.add_column(col, justify="right")
@@ -112,23 +165,25 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
                   f"completions: {len(report['completions'])}; ACK frames sent: {report['acks']}")
     for path in report.get("pcaps", []):
         click.echo(f"wrote {path}")
-    click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
+    if kept:
+        click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
 
 
 @main.command()
 @click.option("--scenario", default="default", show_default=True,
               help="Built-in scenario: default, clean, plane-down, link-flap, trim-incast, ecn.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write the report as JSON.")
-@click.option("--pcap", type=click.Path(dir_okay=False), default=None,
+@click.option("--pcap", type=OUT_FILE, default=None,
               help="Write every frame on the host links (both directions) as a pcap.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", type=OUT_FILE, default=None,
               help="Write a PNG of the per-plane throughput over time, failures marked.")
 @click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")
-@click.option("--size", type=INT, default=None,
-              help="Bytes per RDMA WRITE (default: the scenario's).")
-@click.option("--build-dir", type=click.Path(file_okay=False), default=None,
-              help="Build and run directory (default: a new temporary one).")
+@click.option("--size", type=SIZE, default=None,
+              help="Bytes per RDMA WRITE (default: the scenario's; units: 64k, 1MiB, ...).")
+@click.option("--build-dir", type=OUT_DIR, default=None,
+              help="Build and run directory (default: a temporary one, removed at the end).")
+@_KEEP
 @click.option("--serve", "serve_port", type=click.IntRange(0, 65535), default=None,
               help="Keep the NICs running (transfers repeated) and serve a NIC's CSR bank on "
                    "tcp:127.0.0.1:PORT for 'mrcnic fw --target tcp:...' (0: a free port).")
@@ -137,39 +192,59 @@ def replay(config_path, pcaps, out, json_path, raw, waves):
                                  "(default: run until Ctrl-C).")
 @click.option("--serve-nic", type=click.IntRange(0, 15), default=0, show_default=True,
               help="With --serve: which NIC's CSR bank to serve.")
-def sim(scenario, json_path, pcap, plot, waves, size, build_dir, serve_port, serve_time_us,
+def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_port, serve_time_us,
         serve_nic):
-    """Run RTL NICs (cocotb + Icarus) across the fabric model on a scenario."""
-    from rich.console import Console
-    from rich.table import Table
+    """Run RTL NICs (cocotb + Icarus) across the fabric model on a scenario.
 
+    Exit status 0 when every byte arrived intact, or when a served run (--serve) was
+    stopped as asked (Ctrl-C, --serve-time, the stop file: "stopped" in the report);
+    1 when the transfer is incomplete or corrupted; 130 when an ordinary run is interrupted.
+    """
     from .sim.cosim import run_cosim
-    from .sim.report import summary_rows
     from .sim.scenarios import scenario_names
 
     if scenario not in scenario_names():
         _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
-    try:
-        report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
-                           waves=waves, build_dir=build_dir, progress=True, serve=serve_port,
-                           serve_time_us=serve_time_us, serve_nic=serve_nic)
-    except (ValueError, OSError) as exc:
-        _fail(str(exc))
+    kept = bool(build_dir or keep or waves)
+    with _build_dir(build_dir, kept, "sim") as bdir:
+        try:
+            report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
+                               waves=waves, build_dir=bdir, progress=True, serve=serve_port,
+                               serve_time_us=serve_time_us, serve_nic=serve_nic)
+        except (ValueError, OSError) as exc:
+            _fail(str(exc))
+        _print_sim(scenario, report, (json_path, pcap, plot), kept)
+
+
+def _print_sim(scenario, report, outputs, kept):
+    """Print the summary table of a ``mrcnic sim`` run; exit with its status (see ``sim``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.report import summary_rows
     table = Table(title=f"mrcnic sim {scenario}: {report['description']}", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
     for name, value in summary_rows(report):
         table.add_row(name, value)
     Console().print(table)
-    for path in (json_path, pcap, plot, report.get("waves")):
+    for path in (*outputs, report.get("waves")):
         if path:
             click.echo(f"wrote {path}")
-    click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
+    if kept:
+        click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
+    for w in report.get("warnings", []):
+        click.secho(f"warning: {w}", fg="yellow", err=True)
+    if report["bytes_mismatched"]:
+        raise RunFailed(f"{report['bytes_mismatched']} bytes mismatched")
+    if report.get("stopped"):
+        click.secho(f"stopped ({report['stopped']})", fg="green", err=True)
+        return
     if report.get("interrupted"):
         click.secho("interrupted (Ctrl-C or SIGTERM)", fg="yellow", err=True)
-    if report["bytes_mismatched"] or not report["complete"]:
-        click.secho("transfer incomplete or corrupted", fg="red", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_INTERRUPTED)
+    if not report["complete"]:
+        raise RunFailed("transfer incomplete" + (" (stalled)" if report.get("stalled") else ""))
 
 
 @main.group()
@@ -179,59 +254,85 @@ def bench():
 
 _PACKETS = click.option("--packets", type=click.IntRange(1, 64), default=48, show_default=True,
                         help="Back-to-back packets per case.")
-_BENCH_JSON = click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+_BENCH_JSON = click.option("--json", "json_path", type=OUT_FILE, default=None,
                            help="Write the rows as JSON.")
+
+
+_BENCH_CLOCK = click.option("--clock-mhz", type=click.FloatRange(min=0, min_open=True),
+                            default=125.0, show_default=True,
+                            help="NIC clock for the Gb/s column (Gb/s = beats/cycle x 64 bit x "
+                                 "clock).")
+_BENCH_DIR = click.option("--build-dir", type=OUT_DIR, default=None,
+                          help="Build and run directory (default: a temporary one, removed at "
+                               "the end).")
 
 
 @bench.command("tx")
 @_BENCH_JSON
 @_PACKETS
-def bench_tx_cmd(json_path, packets):
+@_BENCH_CLOCK
+@_BENCH_DIR
+@_KEEP
+def bench_tx_cmd(json_path, packets, clock_mhz, build_dir, keep):
     """Transmit pipeline: beats and cycles per payload size, with and without SRH."""
     from .sim.bench import bench_tx
-    _run_bench("tx", "transmit", bench_tx, packets, json_path)
+    _run_bench("tx", "transmit", bench_tx, packets, json_path, clock_mhz, build_dir, keep)
 
 
 @bench.command("rx")
 @_BENCH_JSON
 @_PACKETS
-def bench_rx_cmd(json_path, packets):
+@_BENCH_CLOCK
+@_BENCH_DIR
+@_KEEP
+def bench_rx_cmd(json_path, packets, clock_mhz, build_dir, keep):
     """Receive pipeline: input beats and cycles per payload size (valid frames, one plane)."""
     from .sim.bench import bench_rx
-    _run_bench("rx", "receive", bench_rx, packets, json_path)
+    _run_bench("rx", "receive", bench_rx, packets, json_path, clock_mhz, build_dir, keep)
 
 
-def _run_bench(name, pipeline, bench_fn, packets, json_path):
-    """Run one bench with a status line, print its table, write its JSON."""
+def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, build_dir=None,
+               keep=False):
+    """Run one bench with a status line, print its table, write its JSON.
+
+    Each row gains ``gbps``: the frame bits moved per second at ``clock_mhz`` (beats/cycle x
+    64 bits x clock, counting only the frame's own bytes, not the idle bytes of a last beat).
+    """
     import json
-    import tempfile
 
     from rich.console import Console
 
     console = Console()
-    build_dir = tempfile.mkdtemp(prefix=f"mrcnic-bench-{name}-")
-    try:
-        with console.status(f"simulating the {pipeline} pipeline (Icarus)..."):
-            rows = bench_fn(packets=packets, build_dir=build_dir)
-    except (ValueError, RuntimeError, OSError) as exc:
-        _fail(f"{exc} (build directory: {build_dir})")
-    _print_bench(console, name.upper(), rows)
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump({"bench": name, "rows": rows}, fh, indent=2)
-        click.echo(f"wrote {json_path}")
-    click.echo(f"build directory (Verilog, simulator log): {build_dir}")
+    with _build_dir(build_dir, keep, f"bench-{name}") as bdir:
+        try:
+            with console.status(f"simulating the {pipeline} pipeline (Icarus)..."):
+                rows = bench_fn(packets=packets, build_dir=bdir)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise RunFailed(f"{exc} (build directory: {bdir})") from None
+        for r in rows:
+            r["clock_mhz"] = clock_mhz
+            r["gbps"] = round(r["frames"] * r["frame_bytes"] * 8 * clock_mhz / 1e3 / r["cycles"], 3)
+        _print_bench(console, name.upper(), rows, clock_mhz)
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump({"bench": name, "clock_mhz": clock_mhz, "rows": rows}, fh, indent=2)
+            click.echo(f"wrote {json_path}")
+        if build_dir or keep:
+            click.echo(f"build directory (Verilog, simulator log): {bdir}")
 
 
-def _print_bench(console, name, rows):
+def _print_bench(console, name, rows, clock_mhz=125.0):
     from rich.table import Table
 
-    table = Table(title=f"{name} throughput (64-bit datapath, one beat per clock is 1.0)")
-    for col in ("payload B", "SRH", "frame B", "frames", "beats", "cycles", "beats/cycle"):
+    table = Table(title=f"{name} throughput (64-bit datapath, one beat per clock is 1.0; "
+                        f"Gb/s of frame bytes at {clock_mhz:g} MHz)")
+    for col in ("payload B", "SRH", "frame B", "frames", "beats", "cycles", "beats/cycle",
+                "Gb/s"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(str(r["payload"]), "yes" if r.get("srh") else "no", str(r["frame_bytes"]),
-                      str(r["frames"]), str(r["beats"]), str(r["cycles"]), f"{r['efficiency']:.3f}")
+                      str(r["frames"]), str(r["beats"]), str(r["cycles"]), f"{r['efficiency']:.3f}",
+                      f"{r['gbps']:.2f}")
     console.print(table)
 
 
@@ -239,9 +340,9 @@ def _print_bench(console, name, rows):
 @click.option("--board", required=True,
               help="Board: colorlight-5a75b (Colorlight 5A-75B v7.0) or versa-ecp5 (ECP5 Versa); "
                    "colorlight / versa for short.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write the build summary (board, device, fmax_mhz, ...) as JSON.")
-@click.option("--build-dir", type=click.Path(file_okay=False), default="build", show_default=True,
+@click.option("--build-dir", type=OUT_DIR, default="build", show_default=True,
               help="Build directory (the board's files go to BUILD_DIR/<board name>).")
 @click.option("--seed", type=int, default=1, show_default=True, help="nextpnr placement seed.")
 def build(board, json_path, build_dir, seed):
@@ -288,7 +389,7 @@ def build(board, json_path, build_dir, seed):
         status.stop()
         click.secho("interrupted (Ctrl-C or SIGTERM): the build was stopped", fg="yellow",
                     err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     status.stop()
     table = Table(title=f"mrcnic build {board} ({summary['device']})", show_header=False)
     table.add_column("")
@@ -314,11 +415,9 @@ def build(board, json_path, build_dir, seed):
             json.dump(summary, fh, indent=2)
         click.echo(f"wrote {json_path}")
     if summary.get("error"):
-        click.secho(f"no bitstream: {summary['error']}", fg="red", err=True)
-        sys.exit(1)
+        raise RunFailed(f"no bitstream: {summary['error']}")
     if not summary["timing_met"]:
-        click.secho("timing not met", fg="red", err=True)
-        sys.exit(1)
+        raise RunFailed("timing not met")
 
 
 from .fw.cli import fw as _fw  # noqa: E402  (the `mrcnic fw` group, fw/cli.py)
