@@ -38,7 +38,7 @@ from .rtl.layouts import MAX_CARRIERS, MAX_PATHS, MAX_PORTS, MAX_QPS, EvMode, Ev
 __all__ = [
     "ConfigError", "load_config", "loads_config", "compile_tables",
     "NicConfig", "NicSettings", "Port", "MemoryRegion", "EvFormatProfile", "EvField",
-    "UsidTemplate", "EvEntry", "EvProfile", "Qp", "CcProfile", "HwTables",
+    "UsidTemplate", "EvEntry", "EvProfile", "Qp", "CcProfile", "HwTables", "expand_ev",
     "EV_BITS", "MAX_SEGMENTS", "PMTUS", "RELIABILITY_DEFAULTS", "rel_qp_configs",
 ]
 
@@ -108,25 +108,76 @@ class MemoryRegion:
 
 @dataclass
 class EvFormatProfile:
-    """``[ev_format_profiles.NAME]``: how an EV is carried: ``mode`` SRV6 | STEV | UDP."""
+    """``[ev_format_profiles.NAME]``: how an EV is carried (``mrc_ctl.h`` EV Format profile).
+
+    ``mode`` is SRV6 | STEV | UDP (``enum mrc_ctl_ev_fmt_mode``); ``fmt_fields`` the
+    widths of its format fields (``struct mrc_ctl_ev_fmt_field``), field 0 most
+    significant; empty = mrcnic's default, one field as wide as the mode carries.
+    """
     name: str
     mode: str
+    fmt_fields: list[int] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        """Total width of an expanded EV of this format (sum of the format field widths)."""
+        return sum(self.fmt_fields) if self.fmt_fields else EV_BITS[self.mode]
+
+
+def _popcount(v: int) -> int:
+    return bin(v).count("1")
 
 
 @dataclass
 class EvField:
-    """One field of a generated EV profile (bits, MSB-first order in ``EvProfile.fields``)."""
+    """One field of a generated EV profile (``struct mrc_ctl_ev_field`` of ``mrc_ctl.h``).
+
+    ``width``, ``init_val``, ``min_val``, ``max_val`` and ``mask`` as in the header;
+    ``name`` is mrcnic's (for ``port_field`` and uSID terms).  The generated value
+    ``v`` runs over ``min_val..max_val`` and is ``popcount(mask)`` bits wide; the
+    field's expanded value is :meth:`expand` ``(v)``.  ``shift`` is the bit position
+    of the expanded field's LSB in the EV.
+    """
     name: str
     width: int
-    min: int
-    max: int
-    initial: int
+    init_val: int
+    min_val: int
+    max_val: int
     mask: int
-    shift: int = 0          #: bit position of the field's LSB in the EV
+    shift: int = 0
+
+    @property
+    def bits(self) -> int:
+        """EV bits the field takes (the set bits of ``mask``; 0 for a fixed field)."""
+        return _popcount(self.mask)
 
     def values(self) -> list[int]:
-        """Unmasked values in generation order: initial..max, then min..initial-1."""
-        return list(range(self.initial, self.max + 1)) + list(range(self.min, self.initial))
+        """Generated values in mrcnic's enumeration order: ``min_val .. max_val``."""
+        return list(range(self.min_val, self.max_val + 1))
+
+    def expand(self, v: int) -> int:
+        """mrc_ctl.h EV expansion of one field: start from ``init_val`` (zero-filled to
+        ``width``); for each set bit of ``mask``, from the most significant, the next most
+        significant of the field's ``bits`` EV bits (of ``v``) overwrites that bit."""
+        value = self.init_val
+        k = self.bits
+        for pos in range(self.width - 1, -1, -1):
+            if self.mask >> pos & 1:
+                k -= 1
+                value = (value & ~(1 << pos)) | ((v >> k & 1) << pos)
+        return value
+
+
+def expand_ev(fields: list, values: list, fmt_widths: list | None = None) -> int:
+    """The expanded EV of generated ``values`` (one per field), ``mrc_ctl.h`` steps 1-3,
+    then the fields concatenated, field 0 most significant.  With ``fmt_widths`` (the
+    EV Format profile's field widths) each field sits right-aligned in its format field
+    (the extra bits zero-filled) and format fields beyond the profile's are zero."""
+    ev = 0
+    widths = fmt_widths or [f.width for f in fields]
+    for i, w in enumerate(widths):
+        ev = ev << w | (fields[i].expand(values[i]) if i < len(fields) else 0)
+    return ev
 
 
 @dataclass
@@ -442,12 +493,29 @@ def _named_tables(r: _Reader, tbl, key) -> dict:
     return tbl
 
 
+#: Widest expanded EV per format mode, bits (mrc_ctl.h: STEV at most 32; SRv6 without SRH
+#: at most 128, the address; UDP: mrcnic carries 14 bits in the UDP source port).
+FMT_MAX_BITS = {"SRV6": 128, "STEV": 32, "UDP": 14}
+
+
 def _format_profiles(r: _Reader, tbl) -> dict[str, EvFormatProfile]:
     out = {}
     for name, sub in _named_tables(r, tbl, "ev_format_profiles").items():
         key = f"ev_format_profiles.{name}"
-        r.table(sub, key, {"mode"}, required=("mode",))
-        out[name] = EvFormatProfile(name, r.str(sub, "mode", key, choices=tuple(EV_BITS)))
+        r.table(sub, key, {"mode", "fmt_fields"}, required=("mode",))
+        mode = r.str(sub, "mode", key, choices=tuple(EV_BITS))
+        widths = []
+        for i, item in enumerate(r.array(sub, "fmt_fields", key, [])):
+            fkey = f"{key}.fmt_fields[{i}]"
+            if isinstance(item, dict):
+                r.table(item, fkey, {"width"}, required=("width",))
+                widths.append(r.int(item, "width", fkey, 1, 128))
+            else:
+                widths.append(r.int_value(item, fkey, 1, 128))
+        if sum(widths) > FMT_MAX_BITS[mode]:
+            r.fail(f"{key}.fmt_fields", f"the format fields are {sum(widths)} bits wide, more than "
+                                        f"the {FMT_MAX_BITS[mode]} bits a {mode} EV holds")
+        out[name] = EvFormatProfile(name, mode, widths)
     return out
 
 
@@ -501,33 +569,71 @@ def _explicit(r: _Reader, sub, key, mode, n_ports):
     return entries
 
 
-def _fields(r: _Reader, sub, key, mode) -> list[EvField]:
+#: Key names of mrcnic before issue 25, refused with the mrc_ctl.h name to use.
+_OLD_FIELD_KEYS = {"initial": "init_val", "min": "min_val", "max": "max_val"}
+
+
+def _fields(r: _Reader, sub, key, fmt: EvFormatProfile) -> list[EvField]:
+    """Generated fields in mrc_ctl.h terms, every restriction of the header checked."""
+    rule = "mrc_ctl.h rule"
     items = r.array(sub, "fields", key)
     if not items:
         r.fail(f"{key}.fields", "a generated EV profile needs at least one field")
     fields = []
     for i, tbl in enumerate(items):
         fkey = f"{key}.fields[{i}]"
-        r.table(tbl, fkey, {"name", "width", "initial", "min", "max", "mask"}, required=("name", "width"))
-        name = r.name(r.str(tbl, "name", fkey), f"{fkey}.name")
+        if isinstance(tbl, dict):
+            for old, new in _OLD_FIELD_KEYS.items():
+                if old in tbl:
+                    r.fail(f"{fkey}.{old}", f"renamed: use '{new}' (mrc_ctl.h struct mrc_ctl_ev_field); "
+                                            "note that mask now places EV bits over init_val "
+                                            "(docs/config.md)")
+        r.table(tbl, fkey, {"name", "width", "init_val", "min_val", "max_val", "mask"},
+                required=("width",))
+        name = r.name(r.str(tbl, "name", fkey, f"f{i}"), f"{fkey}.name")
         if any(f.name == name for f in fields):
             r.fail(f"{fkey}.name", f"duplicate field name '{name}'")
-        width = r.int(tbl, "width", fkey, 1, 32)
+        width = r.int(tbl, "width", fkey, 1, 128)
         top = (1 << width) - 1
-        lo = r.int(tbl, "min", fkey, 0, top, default=0)
-        hi = r.int(tbl, "max", fkey, 0, top, default=top)
+        init_val = r.int(tbl, "init_val", fkey, 0, (1 << 128) - 1, default=0, hexa=True)
+        if init_val > top:
+            r.fail(f"{fkey}.init_val", f"{init_val:#x} is wider than the field's {width} bits "
+                                       f"({rule}: a field's init_val cannot be wider than the "
+                                       "field's width)")
+        mask = r.int(tbl, "mask", fkey, 0, (1 << 128) - 1, default=top, hexa=True)
+        if mask & ~top:
+            r.fail(f"{fkey}.mask", f"{mask:#x} sets bits outside the field's {width} bits "
+                                   f"({rule}: a field's mask cannot contain bits set outside "
+                                   "of the field width)")
+        bits = _popcount(mask)
+        hi = r.int(tbl, "max_val", fkey, 0, (1 << 128) - 1, default=(1 << bits) - 1)
+        if hi >> bits:
+            r.fail(f"{fkey}.max_val", f"{hi} needs {hi.bit_length()} bits, the mask {mask:#x} has "
+                                      f"{bits} set ({rule}: a field's max_val cannot be wider than "
+                                      "the number of set mask bits)")
+        lo = r.int(tbl, "min_val", fkey, 0, (1 << 128) - 1, default=0)
         if lo > hi:
-            r.fail(f"{fkey}.min", f"min {lo} > max {hi}")
-        initial = r.int(tbl, "initial", fkey, lo, hi, default=lo)
-        mask = r.int(tbl, "mask", fkey, 0, top, default=top, hexa=True)
-        fields.append(EvField(name, width, lo, hi, initial, mask))
+            r.fail(f"{fkey}.min_val", f"min_val {lo} > max_val {hi}")
+        fields.append(EvField(name, width, init_val, lo, hi, mask))
+    if fmt.fmt_fields:
+        if len(fields) > len(fmt.fmt_fields):
+            r.fail(f"{key}.fields", f"{len(fields)} fields, the EV Format profile "
+                                    f"ev_format_profiles.{fmt.name} has {len(fmt.fmt_fields)} "
+                                    f"({rule}: field_count <= fmt_field_count)")
+        for i, (f, w) in enumerate(zip(fields, fmt.fmt_fields)):
+            if f.width > w:
+                r.fail(f"{key}.fields[{i}].width", f"{f.width} bits, wider than format field {i} "
+                                                   f"of ev_format_profiles.{fmt.name} ({w} bits; "
+                                                   "mrcnic: each field sits in its format field)")
     total = sum(f.width for f in fields)
-    if total > EV_BITS[mode]:
-        r.fail(f"{key}.fields", f"the fields make a {total}-bit EV, wider than the {EV_BITS[mode]} "
-                                f"bits the {mode} format carries")
-    shift = total
-    for f in fields:
-        shift -= f.width
+    if total > fmt.width:
+        r.fail(f"{key}.fields", f"the fields make a {total}-bit EV, wider than the {fmt.width} "
+                                f"bits of ev_format_profiles.{fmt.name} ({fmt.mode}; {rule}: sum "
+                                "of field widths <= sum of fmt_field widths)")
+    widths = fmt.fmt_fields or [f.width for f in fields]
+    shift = sum(widths)
+    for f, w in zip(fields, widths):
+        shift -= w
         f.shift = shift
     return fields
 
@@ -560,50 +666,86 @@ def _usid_template(r: _Reader, value, key, fields) -> list[UsidTemplate]:
     return out
 
 
-def _generated(r: _Reader, sub, key, mode, n_ports):
-    fields = _fields(r, sub, key, mode)
+def _generated(r: _Reader, sub, key, fmt: EvFormatProfile, nic, ports):
+    mode = fmt.mode
+    fields = _fields(r, sub, key, fmt)
     names = [f.name for f in fields]
-    port_field = r.str(sub, "port_field", key)
-    if port_field not in names:
+    port_field = r.str(sub, "port_field", key, None)
+    if port_field is not None and port_field not in names:
         r.fail(f"{key}.port_field", f"unknown field '{port_field}' (fields: {', '.join(names)})")
     copies, weight, state = _copies_weight_state(r, sub, key)
     count = 1
     for f in fields:
-        count *= f.max - f.min + 1
-    if count * copies > MAX_PATHS:
-        r.fail(f"{key}.fields", f"the fields generate {count} EVs x {copies} copies, more than the "
-                                f"{MAX_PATHS} path entries of the path table")
-    pf = fields[names.index(port_field)]
-    top_port = max(v & pf.mask for v in pf.values())
-    if top_port >= n_ports:
-        r.fail(f"{key}.port_field", f"field '{port_field}' reaches port {top_port}, which does not "
-                                    f"exist (ports 0..{n_ports - 1})")
-    template = _usid_template(r, sub["usids"], f"{key}.usids", fields) if mode == "SRV6" else []
+        count *= f.max_val - f.min_val + 1
+    ev_count = r.int(sub, "ev_count", key, 1, MAX_PATHS) if "ev_count" in sub else count
+    if ev_count > count:
+        r.fail(f"{key}.ev_count", f"{ev_count} exceeds the {count} EVs the fields generate")
+    if ev_count * copies > MAX_PATHS:
+        r.fail(f"{key}.fields" if "ev_count" not in sub else f"{key}.ev_count",
+               f"the fields generate {ev_count if 'ev_count' in sub else count} EVs x {copies} "
+               f"copies, more than the {MAX_PATHS} path entries of the path table "
+               "(set ev_count to use the first ones)")
+    n_ports = len(ports)
+    if port_field is not None:
+        pf = fields[names.index(port_field)]
+        if pf.max_val >= n_ports:
+            r.fail(f"{key}.port_field", f"field '{port_field}' reaches port {pf.max_val}, which "
+                                        f"does not exist (ports 0..{n_ports - 1})")
+    addr_form = mode == "SRV6" and "usids" not in sub
+    template = _usid_template(r, sub["usids"], f"{key}.usids", fields) \
+        if mode == "SRV6" and not addr_form else []
+    tail = ()
+    if addr_form:
+        width = sum(fmt.fmt_fields) if fmt.fmt_fields else sum(f.width for f in fields)
+        if width < 48 or (width - 32) % 16:
+            r.fail(f"{key}.fields", f"an SRV6 EV without uSID templates is the SRv6 address: a "
+                                    f"32-bit locator then 16-bit uSIDs; these fields make "
+                                    f"{width} bits")
+        if "tail_usids" in sub:
+            tail = _usid_list(r, sub["tail_usids"], f"{key}.tail_usids")
+    elif "tail_usids" in sub:
+        r.fail(f"{key}.tail_usids", "applies to SRV6 profiles whose fields form the address only")
+    up = [p.id for p in ports if p.admin == "up"] or [p.id for p in ports]
     entries = []
-    for combo in itertools.product(*(f.values() for f in fields)):
-        values = {f.name: v & f.mask for f, v in zip(fields, combo)}
-        ev = 0
-        for f in fields:
-            ev |= values[f.name] << f.shift
+    combos = itertools.islice(itertools.product(*(f.values() for f in fields)), ev_count)
+    for n, combo in enumerate(combos):
+        expanded = {f.name: f.expand(v) for f, v in zip(fields, combo)}
+        port = combo[names.index(port_field)] if port_field is not None else up[n % len(up)]
+        ev = expand_ev(fields, list(combo), fmt.fmt_fields or None)
+        if addr_form:
+            nus = (width - 32) // 16
+            locator = ev >> (16 * nus)
+            if locator != nic.locator_block:
+                r.fail(f"{key}.fields", f"EV {n} has locator {locator:#010x}, not nic.locator_block "
+                                        f"{nic.locator_block:#010x} (mrcnic: one locator block)")
+            usids = [ev >> (16 * (nus - 1 - k)) & 0xFFFF for k in range(nus)]
+            while usids and usids[-1] == 0:
+                usids.pop()
+            if 0 in usids or not usids:
+                r.fail(f"{key}.fields", f"EV {n} ({ev:#x}): a zero uSID before the end of the list")
+            usids = tuple(usids) + tail
+            if len(usids) > wire.MAX_USIDS:
+                r.fail(f"{key}.tail_usids", f"{len(usids)} uSIDs: a path holds at most {wire.MAX_USIDS}")
+            entries += [EvEntry(n, port, usids, weight, state, key) for _ in range(copies)]
+            continue
         usids = []
         for i, t in enumerate(template):
-            u = t.evaluate(values)
+            u = t.evaluate(expanded)
             if not 0 < u < 1 << 16:
-                at = ", ".join(f"{n}={v}" for n, v in values.items())
+                at = ", ".join(f"{k}={v}" for k, v in expanded.items())
                 r.fail(f"{key}.usids[{i}]", f"evaluates to {u:#x} for {at}: not a non-zero 16-bit uSID")
             usids.append(u)
-        entries += [EvEntry(ev, values[port_field], tuple(usids), weight, state, key)
-                    for _ in range(copies)]
+        entries += [EvEntry(ev, port, tuple(usids), weight, state, key) for _ in range(copies)]
     return entries, fields, port_field, template
 
 
-def _ev_profiles(r: _Reader, tbl, formats, ports) -> dict[str, EvProfile]:
+def _ev_profiles(r: _Reader, tbl, formats, ports, nic) -> dict[str, EvProfile]:
     out = {}
     for name, sub in _named_tables(r, tbl, "ev_profiles").items():
         key = f"ev_profiles.{name}"
         common = {"format", "ev_min_active", "type"}
         r.table(sub, key, common | {"entries", "fields", "port_field", "usids", "copies", "weight",
-                                    "state"}, required=("format", "type"))
+                                    "state", "ev_count", "tail_usids"}, required=("format", "type"))
         fmt = r.str(sub, "format", key)
         if fmt not in formats:
             r.fail(f"{key}.format", f"unknown EV format profile '{fmt}' "
@@ -615,12 +757,13 @@ def _ev_profiles(r: _Reader, tbl, formats, ports) -> dict[str, EvProfile]:
             entries = _explicit(r, sub, key, mode, len(ports))
             prof = EvProfile(name, fmt, mode, kind, 1, entries)
         else:
-            gen = common | {"fields", "port_field", "copies", "weight", "state"}
+            gen = common | {"fields", "port_field", "copies", "weight", "state", "ev_count"}
             if mode != "SRV6" and "usids" in sub:
                 r.fail(f"{key}.usids", f"uSIDs apply to SRV6 format profiles only (this one is {mode})")
-            r.table(sub, key, gen | ({"usids"} if mode == "SRV6" else set()),
-                    required=("fields", "port_field") + (("usids",) if mode == "SRV6" else ()))
-            entries, fields, port_field, template = _generated(r, sub, key, mode, len(ports))
+            r.table(sub, key, gen | ({"usids", "tail_usids"} if mode == "SRV6" else set()),
+                    required=("fields",))
+            entries, fields, port_field, template = _generated(r, sub, key, formats[fmt], nic,
+                                                               ports)
             prof = EvProfile(name, fmt, mode, kind, 1, entries, fields, port_field, template)
         if mode == "SRV6":
             last = entries[0].usids[-1]
@@ -740,7 +883,7 @@ def _parse(data: dict, source: str) -> NicConfig:
     ports = _ports(r, data["ports"])
     regions = _memory_regions(r, data.get("memory_regions", []))
     formats = _format_profiles(r, data.get("ev_format_profiles", {}))
-    profiles = _ev_profiles(r, data.get("ev_profiles", {}), formats, ports)
+    profiles = _ev_profiles(r, data.get("ev_profiles", {}), formats, ports, nic)
     ccs = _cc_profiles(r, data.get("cc_profiles", {}), nic.pmtu)
     qps = _qps(r, data.get("qps", []), profiles, ccs)
     cfg = NicConfig(source, nic, ports, regions, formats, profiles, qps, ccs)

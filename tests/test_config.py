@@ -13,8 +13,8 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
 from mrcnic import wire
-from mrcnic.config import (EV_BITS, ConfigError, NicConfig, compile_tables, load_config,
-                           loads_config)
+from mrcnic.config import (EV_BITS, ConfigError, EvField, NicConfig, compile_tables,
+                           load_config, loads_config)
 from mrcnic.rtl.layouts import (EvMode, EvState, MemRegion, NicGlobals, PathEntry, QpContext,
                                 RxQpContext)
 
@@ -70,7 +70,7 @@ entries = [
 format = "srv6"
 type = "generated"
 fields = [
-  { name = "spine", width = 3, min = 0, max = 7 },
+  { name = "spine", width = 3, min_val = 0, max_val = 7 },
   { name = "plane", width = 1 },
 ]
 port_field = "plane"
@@ -185,9 +185,9 @@ BAD = {
     "usids_in_udp_explicit": ("{ ev = 0x3FFF, port = 0 }", "{ ev = 0x3FFF, port = 0, usids = [1] }",
                               "ev_profiles.u.entries[0].usids", "SRV6 format profiles only"),
     "generated_too_wide_udp": ("[cc_profiles.c]", "[ev_profiles.wide]\nformat = \"udp\"\ntype = \"generated\"\n"
-                               "fields = [{ name = \"a\", width = 14, max = 3 }, { name = \"p\", width = 1 }]\n"
+                               "fields = [{ name = \"a\", width = 14, max_val = 3 }, { name = \"p\", width = 1 }]\n"
                                "port_field = \"p\"\n\n[cc_profiles.c]",
-                               "ev_profiles.wide.fields", "15-bit EV, wider than the 14 bits the UDP format"),
+                               "ev_profiles.wide.fields", "15-bit EV, wider than the 14 bits of ev_format_profiles.udp"),
     # ports
     "port_missing": ("{ ev = 2, port = 1", "{ ev = 2, port = 2",
                      "ev_profiles.p0.entries[1].port", "port 2 does not exist"),
@@ -203,27 +203,44 @@ BAD = {
                    "next_hop_mac = \"02:00:00:00:11:00\"\nadmin = \"off\"",
                    "ports[1].admin", "'off' is not one of up, down"),
     # generated fields
-    "field_min_gt_max": ("{ name = \"spine\", width = 3, min = 0, max = 7 }",
-                         "{ name = \"spine\", width = 3, min = 5, max = 3 }",
-                         "ev_profiles.g.fields[0].min", "min 5 > max 3"),
+    "field_min_gt_max": ("{ name = \"spine\", width = 3, min_val = 0, max_val = 7 }",
+                         "{ name = \"spine\", width = 3, min_val = 5, max_val = 3 }",
+                         "ev_profiles.g.fields[0].min_val", "min_val 5 > max_val 3"),
     "field_width_0": ("{ name = \"spine\", width = 3,", "{ name = \"spine\", width = 0,",
-                      "ev_profiles.g.fields[0].width", "out of range 1..32"),
-    "field_width_33": ("{ name = \"spine\", width = 3,", "{ name = \"spine\", width = 33,",
-                       "ev_profiles.g.fields[0].width", "out of range 1..32"),
-    "field_max_over_width": ("min = 0, max = 7 }", "min = 0, max = 8 }",
-                             "ev_profiles.g.fields[0].max", "out of range 0..7"),
-    "field_mask_over_width": ("min = 0, max = 7 }", "min = 0, max = 7, mask = 0x8 }",
-                              "ev_profiles.g.fields[0].mask", "out of range 0x0..0x7"),
-    "field_initial_out": ("min = 0, max = 7 }", "min = 2, max = 5, initial = 6 }",
-                          "ev_profiles.g.fields[0].initial", "out of range 2..5"),
-    "field_dup_name": ("{ name = \"plane\", width = 1 }", "{ name = \"spine\", width = 1 }",
-                       "ev_profiles.g.fields[1].name", "duplicate field name"),
-    "fields_too_wide": ("{ name = \"spine\", width = 3, min = 0, max = 7 }",
-                        "{ name = \"spine\", width = 32, min = 0, max = 7 }",
-                        "ev_profiles.g.fields", "33-bit EV, wider than the 32 bits"),
-    "generated_too_many": ("{ name = \"spine\", width = 3, min = 0, max = 7 }",
+                      "ev_profiles.g.fields[0].width", "out of range 1..128"),
+    # the restrictions of mrc_ctl.h (struct mrc_ctl_ev_profile_attr), each named in the message
+    "field_init_val_wider": ("min_val = 0, max_val = 7 }", "min_val = 0, max_val = 7, init_val = 8 }",
+                             "ev_profiles.g.fields[0].init_val",
+                             "a field's init_val cannot be wider than the field's width"),
+    "field_mask_over_width": ("min_val = 0, max_val = 7 }", "min_val = 0, max_val = 7, mask = 0xf }",
+                              "ev_profiles.g.fields[0].mask",
+                              "a field's mask cannot contain bits set outside of the field width"),
+    "field_max_over_mask_bits": ("min_val = 0, max_val = 7 }", "min_val = 0, max_val = 4, mask = 0x5 }",
+                                 "ev_profiles.g.fields[0].max_val",
+                                 "a field's max_val cannot be wider than the number of set mask bits"),
+    "field_max_over_mask_0x0f": ("min_val = 0, max_val = 7 }", "min_val = 0, max_val = 7, mask = 0x3 }",
+                                 "ev_profiles.g.fields[0].max_val", "the mask 0x3 has 2 set"),
+    "field_count_over_fmt": ("mode = \"SRV6\"", "mode = \"SRV6\"\nfmt_fields = [7]",
+                             "ev_profiles.g.fields", "field_count <= fmt_field_count"),
+    "field_wider_than_fmt_field": ("mode = \"SRV6\"", "mode = \"SRV6\"\nfmt_fields = [{ width = 2 }, { width = 2 }]",
+                                   "ev_profiles.g.fields[0].width", "wider than format field 0"),
+    "fields_too_wide": ("{ name = \"spine\", width = 3, min_val = 0, max_val = 7 }",
+                        "{ name = \"spine\", width = 32, min_val = 0, max_val = 7 }",
+                        "ev_profiles.g.fields", "sum of field widths <= sum of fmt_field widths"),
+    "generated_too_many": ("{ name = \"spine\", width = 3, min_val = 0, max_val = 7 }",
                            "{ name = \"spine\", width = 8 }",
                            "ev_profiles.g.fields", "512 EVs x 1 copies, more than the 256"),
+    "ev_count_over_generated": ("port_field = \"plane\"", "port_field = \"plane\"\nev_count = 17",
+                                "ev_profiles.g.ev_count", "exceeds the 16 EVs the fields generate"),
+    # the key names before mrc_ctl.h's: refused, naming the new key
+    "old_key_initial": ("min_val = 0, max_val = 7 }", "min_val = 0, max_val = 7, initial = 1 }",
+                        "ev_profiles.g.fields[0].initial", "renamed: use 'init_val'"),
+    "old_key_min": ("min_val = 0, max_val = 7 }", "min = 0, max_val = 7 }",
+                    "ev_profiles.g.fields[0].min", "renamed: use 'min_val'"),
+    "old_key_max": ("min_val = 0, max_val = 7 }", "min_val = 0, max = 7 }",
+                    "ev_profiles.g.fields[0].max", "renamed: use 'max_val'"),
+    "fmt_fields_too_wide": ("mode = \"UDP\"", "mode = \"UDP\"\nfmt_fields = [8, 7]",
+                            "ev_format_profiles.udp.fmt_fields", "15 bits wide, more than the 14"),
     # ev_min_active
     "min_active_too_big": ("ev_min_active = 2", "ev_min_active = 4",
                            "ev_profiles.p0.ev_min_active", "exceeds the 3 GOOD EVs"),
@@ -340,7 +357,7 @@ def test_more_than_256_entries_in_total(tmp_path):
 def test_srh_segment_memory_full(tmp_path):
     """128 distinct 24-uSID paths need 512 SRH words; the segment memory holds 256."""
     long = ", ".join(f"{{ base = {0x100 + i:#x}, terms = {{ spine = 0x10, plane = 1 }} }}" for i in range(23))
-    text = edit("{ name = \"spine\", width = 3, min = 0, max = 7 }", "{ name = \"spine\", width = 6 }")
+    text = edit("{ name = \"spine\", width = 3, min_val = 0, max_val = 7 }", "{ name = \"spine\", width = 6 }")
     text = edit("usids = [{ base = 0x1000, terms = { plane = 0x100 } },", f"usids = [{long},", text)
     text = edit("         { base = 0x2000, terms = { plane = 0x100, spine = 1 } },\n", "", text)
     text = edit("[[qps]]\nqpn = 0x11", "[[qpx]]\nqpn = 0x11", text)
@@ -366,20 +383,119 @@ def test_file_errors(tmp_path):
         loads_config("")
 
 
-def test_generated_semantics(tmp_path):
-    """EV = fields MSB first; odometer with the last field fastest, each field counting from
-    ``initial`` and wrapping max -> min; mask applied to the EV bits, port and uSID terms."""
-    text = edit("{ name = \"spine\", width = 3, min = 0, max = 7 }",
-                "{ name = \"spine\", width = 3, min = 1, max = 6, initial = 5, mask = 0x3 }")
-    cfg = load_config(write(tmp_path, text))
-    prof = cfg.ev_profiles["g"]
-    spines = [5, 6, 1, 2, 3, 4]
+# --------------------------------------------------------------------------
+# Generated EVs: mrc_ctl.h expansion, vectors worked by hand
+# --------------------------------------------------------------------------
+# mrc_ctl.h (struct mrc_ctl_ev_profile_attr): a field starts as init_val zero-filled to its
+# width; for each set mask bit, from the most significant, the next most significant EV bit
+# overwrites it; fields are concatenated, field 0 most significant.
+
+def test_expand_odd_mask_over_init_val():
+    """mask 0x0f0f over init_val 0xA5A5: the 8 EV bits land in bits 11..8 then 3..0.
+    v = 0xC3 = 1100 0011: bits 11..8 <- 1100 (0xC), bits 3..0 <- 0011 (0x3); the unmasked
+    nibbles keep init_val's 0xA and 0xA: 0xACA3."""
+    f = EvField("f", 16, 0xA5A5, 0, 0xFF, 0x0F0F)
+    assert f.bits == 8
+    assert f.expand(0xC3) == 0xACA3
+    assert f.expand(0x00) == 0xA0A0
+    assert f.expand(0xFF) == 0xAFAF
+    assert f.expand(0x5A) == 0xA5AA            # 0101 -> bits 11..8, 1010 -> bits 3..0
+
+
+def test_expand_fixed_field():
+    """init_val = the fixed value, min_val = max_val = mask = 0: no EV bit, always 0x7E."""
+    f = EvField("fix", 8, 0x7E, 0, 0, 0)
+    assert f.bits == 0 and f.values() == [0] and f.expand(0) == 0x7E
+
+
+def test_expand_max_uses_every_mask_bit():
+    """mask 0b1010 (2 set bits), init_val 0b0101, max_val 3 = every combination of the 2 bits:
+    v = b1 b0 -> bit 3 <- b1, bit 1 <- b0."""
+    f = EvField("f", 4, 0b0101, 0, 3, 0b1010)
+    assert [f.expand(v) for v in f.values()] == [0b0101, 0b0111, 0b1101, 0b1111]
+
+
+STEV_GEN = BASE.replace("[cc_profiles.c]", """[ev_format_profiles.tiers]
+mode = "STEV"
+fmt_fields = [8, 4, 4]
+
+[ev_profiles.stev_gen]
+format = "tiers"
+type = "generated"
+port_field = "plane"
+fields = [
+  { name = "t0", width = 8, init_val = 0xA0, mask = 0x0F, min_val = 0, max_val = 2 },
+  { name = "fix", width = 4, init_val = 0x9, min_val = 0, max_val = 0, mask = 0 },
+  { name = "plane", width = 2, max_val = 1 },
+]
+
+[cc_profiles.c]""")
+
+
+def test_generated_stev_vectors(tmp_path):
+    """Format fields 8 | 4 | 4; t0 = 0xA0 with v in its low nibble, a fixed 0x9, the plane
+    right-aligned in a 4-bit format field; odometer with the last field fastest:
+    EV = (0xA0|t0) << 8 | 0x9 << 4 | plane."""
+    prof = load_config(write(tmp_path, STEV_GEN)).ev_profiles["stev_gen"]
+    assert [(e.ev, e.port) for e in prof.entries] == [
+        (0xA090, 0), (0xA091, 1), (0xA190, 0), (0xA191, 1), (0xA290, 0), (0xA291, 1)]
+    assert [f.shift for f in prof.fields] == [8, 4, 0]
+
+
+SRV6_GEN = BASE.replace("[cc_profiles.c]", """[ev_format_profiles.addr]
+mode = "SRV6"
+fmt_fields = [32, 16, 16]
+
+[ev_profiles.srv6_gen]
+format = "addr"
+type = "generated"
+port_field = "leaf"
+tail_usids = [0xE001]
+fields = [
+  { name = "loc", width = 32, init_val = 0xFC000000, min_val = 0, max_val = 0, mask = 0 },
+  { name = "leaf", width = 16, init_val = 0x1000, mask = 0x0100, max_val = 1 },
+  { name = "spine", width = 16, init_val = 0x2000, mask = 0x0103, min_val = 3, max_val = 5 },
+]
+
+[cc_profiles.c]""")
+
+
+def test_generated_srv6_vectors(tmp_path):
+    """The SRv6 address form (no uSID templates): the expanded EV is locator | uSIDs.
+    leaf: 0x1000 with v in bit 8 (0x1000 / 0x1100); spine: mask 0x0103, v = b2 b1 b0 ->
+    bit 8 <- b2, bits 1..0 <- b1 b0: v = 3, 4, 5 -> 0x2003, 0x2100, 0x2101.  The path-table
+    EV of an address-form entry is its index in the profile (mrcnic's choice)."""
+    cfg = load_config(write(tmp_path, SRV6_GEN))
+    prof = cfg.ev_profiles["srv6_gen"]
+    got = [(e.ev, e.port, e.usids) for e in prof.entries]
+    assert got == [(0, 0, (0x1000, 0x2003, 0xE001)), (1, 0, (0x1000, 0x2100, 0xE001)),
+                   (2, 0, (0x1000, 0x2101, 0xE001)), (3, 1, (0x1100, 0x2003, 0xE001)),
+                   (4, 1, (0x1100, 0x2100, 0xE001)), (5, 1, (0x1100, 0x2101, 0xE001))]
+    # a locator other than nic.locator_block is refused
+    refused(tmp_path, SRV6_GEN.replace("init_val = 0xFC000000", "init_val = 0xDEADCAFE"),
+            "ev_profiles.srv6_gen.fields", "not nic.locator_block")
+
+
+def test_generated_srv6_usid_terms(tmp_path):
+    """mrcnic's uSID templates: the fields form the 32-bit EV, the terms use the expanded
+    field values; spine with mask 0x5 over init_val 0x2: v = 0..3 -> 0b010, 0b011, 0b110, 0b111."""
+    text = edit("{ name = \"spine\", width = 3, min_val = 0, max_val = 7 }",
+                "{ name = \"spine\", width = 3, init_val = 0x2, mask = 0x5, max_val = 3 }")
+    prof = load_config(write(tmp_path, text)).ev_profiles["g"]
+    spines = [0b010, 0b011, 0b110, 0b111]
     assert [(e.ev, e.port) for e in prof.entries] == \
-        [((s & 3) << 1 | p, p) for s in spines for p in (0, 1)]
-    assert prof.entries[0].usids == (0x1000, 0x2001, 0xE001)              # 5 & 3 = 1
-    assert prof.entries[3].usids == (0x1100, 0x2102, 0xE001)              # 6 & 3 = 2, plane 1
-    # masked duplicates (5 & 3 == 1 & 3) are copies: separate entries of the same EV
-    assert sum(e.ev == 2 for e in prof.entries) == 2
+        [(s << 1 | p, p) for s in spines for p in (0, 1)]
+    assert prof.entries[2].usids == (0x1000, 0x2003, 0xE001)
+    assert prof.entries[7].usids == (0x1100, 0x2107, 0xE001)
+
+
+def test_generated_ev_count_and_default_ports(tmp_path):
+    """ev_count takes the first EVs of the enumeration; without port_field the EVs go round
+    robin over the up ports (mrcnic's choice)."""
+    text = STEV_GEN.replace('port_field = "plane"\n', 'ev_count = 4\n')
+    prof = load_config(write(tmp_path, text)).ev_profiles["stev_gen"]
+    assert [(e.ev, e.port) for e in prof.entries] == \
+        [(0xA090, 0), (0xA091, 1), (0xA190, 0), (0xA191, 1)]
 
 
 def test_generated_copies_weight_state(tmp_path):
@@ -540,7 +656,8 @@ def test_stev_tables():
         fls.add(enc.flow_label)
         sports.add(enc.sport)
     assert fls == {0, 1} and len(sports) == 32 and all(s & 0xC000 == 0xC000 for s in sports)
-    assert hw.path_entries[0]["ev"] >> 21 == 3                 # seed starts at initial = 3
+    assert [e["ev"] >> 21 for e in hw.path_entries[:4]] == [0, 0, 1, 1]   # min_val first, plane fastest
+    assert hw.path_entries[0]["ev"] >> 1 & 0xFFFFF == 0                    # the fixed gap
 
 
 def test_udp_tables():
