@@ -347,12 +347,19 @@ def build_probe_frame(*, src_mac: str, dst_mac: str, src_ip: str, path: PathEnca
 def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
     """What a trimming switch forwards instead of ``frame`` (MRC packet trimming).
 
-    The frame is cut right after its transport headers (BTH + RETH [+ ImmDt],
-    or the whole frame for payload-free packets), the IPv6 payload length and
-    UDP length are rewritten to match, the DSCP becomes ``trim_dscp`` (ECN
-    kept) and a zero 4-byte trailer stands where the ICRC was (so dissectors
-    still find the headers): a trimmed frame never carries a valid ICRC and
-    is never placed.
+    A data frame (RDMA WRITE ONLY [WITH IMMEDIATE]) is cut right after its
+    transport headers (BTH + RETH [+ ImmDt]), the IPv6 payload length and UDP
+    length are rewritten to match, the DSCP becomes ``trim_dscp`` (ECN kept)
+    and a zero 4-byte trailer stands where the ICRC was (so dissectors still
+    find the headers): a trimmed data frame never carries a valid ICRC and is
+    never placed.
+
+    A payload-free frame (ACK/SACK/NACK, EV probe) is shorter than any trim
+    length a switch uses (UET trims to at least the transport headers), so it
+    is forwarded whole; only its DSCP becomes ``trim_dscp``.  Its ICRC stays
+    valid: the IPv6 traffic class is masked out of the ICRC (IBTA A17.3.3).
+    (Cutting it to the BTH used to turn trimmed EV probes into RUNT drops at
+    the receiver, so their probe replies never came back.)
     """
     try:
         pkt = Ether(frame)
@@ -361,17 +368,21 @@ def trim_frame(frame: bytes, trim_dscp: int = 46) -> bytes:
     if BTH not in pkt or UDP not in pkt:
         raise ValueError("only a RoCEv2 frame (UDP + BTH) can be trimmed")
     bth = pkt[BTH]
-    keep = BTH_HLEN + (RETH_HLEN if bth.opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM) else 0)
-    keep += IMM_HLEN if bth.opcode == OP_WRITE_ONLY_IMM else 0
-    udp_off = len(frame) - len(bytes(pkt[UDP]))
-    cut = bytearray(frame[:udp_off + UDP_HLEN + keep] + bytes(ICRC_LEN))
+    is_data = bth.opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM)
+    if is_data:
+        keep = BTH_HLEN + RETH_HLEN + (IMM_HLEN if bth.opcode == OP_WRITE_ONLY_IMM else 0)
+        udp_off = len(frame) - len(bytes(pkt[UDP]))
+        cut = bytearray(frame[:udp_off + UDP_HLEN + keep] + bytes(ICRC_LEN))
+    else:
+        cut = bytearray(frame)           # payload-free: forwarded whole, ICRC still valid
     ip = ETH_HLEN
     tc = (((cut[ip] & 0x0F) << 4) | (cut[ip + 1] >> 4))
     tc = (trim_dscp << 2) | (tc & 3)
     cut[ip] = 0x60 | (tc >> 4)
     cut[ip + 1] = ((tc & 0x0F) << 4) | (cut[ip + 1] & 0x0F)
-    struct.pack_into("!H", cut, ip + 4, len(cut) - ip - IPV6_HLEN)
-    struct.pack_into("!H", cut, udp_off + 4, UDP_HLEN + keep + ICRC_LEN)
+    if is_data:
+        struct.pack_into("!H", cut, ip + 4, len(cut) - ip - IPV6_HLEN)
+        struct.pack_into("!H", cut, udp_off + 4, UDP_HLEN + keep + ICRC_LEN)
     return bytes(cut)
 
 

@@ -244,3 +244,20 @@ def test_fuzz_10000_mutants_with_a_valid_transfer(tmp_path):
     dropped = sum(result.drops.values())
     assert dropped + result.counters["accepted"] - len(valid) == len(mutants)
     assert dropped >= 9000
+
+
+def test_trimmed_probe_is_answered(tmp_path):
+    """A switch that trims an EV probe forwards it whole (it has no payload): the receiver
+    accepts it and answers with a probe reply echoing its EV (it used to be cut to the BTH
+    and dropped as RUNT, so a congested last hop silenced every probe)."""
+    enc = TX.path_encaps[2]
+    probe = wire.build_probe_frame(**MAC, path=enc, qpn=QPN, probe_id=7, ts=0x1234)
+    trimmed = wire.trim_frame(wire.arrival_form(probe, BLOCK), RX.trim_dscp)
+    assert len(trimmed) == len(probe) and wire.check_icrc(trimmed, BLOCK)
+    assert Ether(trimmed)[IPv6].tc >> 2 == RX.trim_dscp
+    result = run_rx(RxJob(NIC1, frames=[(enc.port, trimmed)]), tmp_path)
+    assert result.verdicts == ["accepted"], result.verdicts
+    assert sum(result.drops.values()) == 0
+    replies = [a for a in check_acks(result, {enc.ev})
+               if a["MRCSack"].flags & wire.SACK_PROBE_REPLY]
+    assert len(replies) == 1 and replies[0]["MRCSack"].ev == enc.ev
