@@ -175,7 +175,9 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
 @click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write the report as JSON.")
 @click.option("--pcap", type=OUT_FILE, default=None,
-              help="Write every frame on the host links (both directions) as a pcap.")
+              help="Write the fabric's traffic as pcapng: one interface per link direction "
+                   "(e.g. p2.leaf0->p2.spine6), comments on trimmed and lost frames "
+                   "(docs/wire-format.md: Wireshark dissector).")
 @click.option("--plot", type=OUT_FILE, default=None,
               help="Write a PNG of the per-plane throughput over time, failures marked.")
 @click.option("--waves", is_flag=True, help="Dump an FST waveform of the run.")

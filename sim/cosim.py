@@ -184,7 +184,15 @@ def ideal_times(sc: dict, tables: list, pmtu: int) -> dict:
     :data:`NIC_GBPS` and its planes x host link rate; with several NICs the
     busiest sender or receiver sets it) plus one base RTT: a full data frame
     out and an ACK back, store-and-forward over host link, leaf, spine, leaf
-    (serialisation at each hop, link latencies, switch latencies).
+    (serialisation at each hop, link latencies, switch latencies).  It is the
+    contract's reference time, not a bound: the NIC moves frame bytes at one beat
+    per clock without the 24 preamble/FCS/IFG bytes ``wire_bytes`` counts, and a
+    receive completion needs no ACK back, so a run may end slightly under it.
+
+    ``lower_bound_ns`` is a true lower bound of ``completion_ns``: the later of (a) the
+    busiest sender's frames at one 64-bit beat per clock, then the smallest data frame
+    one way to the receiver, and (b) the busiest NIC's wire bytes over all its host
+    links, then that frame's last three hops; RTL latencies only add to it.
     """
     from .fabric import wire_bytes
 
@@ -205,8 +213,18 @@ def ideal_times(sc: dict, tables: list, pmtu: int) -> dict:
     lat = 2 * fab["host_latency_ns"] + 2 * fab["latency_ns"] + 3 * fab["switch_latency_ns"]
     rtt = (sum(wire_bytes(_frame_len(pmtu)) * 8 / r for r in hops)
            + sum(wire_bytes(_ACK_BYTES) * 8 / r for r in hops) + 2 * lat)
+    # the true lower bound (docstring)
+    beats = {}
+    for t in sc["transfers"]:
+        carriers = tables[t["src"]].path_entries[0]["n_carriers"]
+        beats[t["src"]] = beats.get(t["src"], 0) + sum(
+            -(-_frame_len(min(pmtu, size - i * pmtu), carriers) // 8) for i in range(n_pkts))
+    smallest = wire_bytes(_frame_len(min(pmtu, size - (n_pkts - 1) * pmtu)))
+    ser = [smallest * 8 / r for r in hops]
+    lower = max(max(beats.values()) * CLK_NS + sum(ser) + lat,
+                max(load.values()) * 8 / (topo["planes"] * host_rate) + sum(ser[1:]) + lat)
     return dict(ideal_ns=transfer_ns + rtt, base_rtt_ns=rtt, transfer_ns=transfer_ns,
-                sender_gbps=rate)
+                sender_gbps=rate, lower_bound_ns=lower)
 
 
 def _resolve(sc: dict):
@@ -307,7 +325,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     size : int, optional
         Bytes per transfer (default: the scenario's ``size``, ``test_size`` with ``test``).
     json_path, pcap, plot : path, optional
-        Write the JSON report, the fabric pcap (host links, both directions),
+        Write the JSON report, the fabric capture (pcapng, one interface per link direction),
         the per-plane throughput plot (PNG).
     waves : bool
         Dump an FST waveform (``<build_dir>/sim/mrcnic_cosim.fst``).
@@ -361,6 +379,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     job_file, out_file = build_dir / "job.json", build_dir / "result.json"
     progress_file = build_dir / "progress.jsonl"
     progress_file.unlink(missing_ok=True)
+    out_file.unlink(missing_ok=True)         # never read a report of an earlier run
     port_file = build_dir / "serve.json"
     port_file.unlink(missing_ok=True)
     stop_file = build_dir / "serve.stop"     # ends a served run; Ctrl-C / SIGTERM end any run
@@ -415,7 +434,15 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
             print("interrupted: stopping the simulation and writing the report ...",
                   file=sys.stderr)
             stop_file.write_text("interrupted")
-            done.wait()
+            running = progress_file.exists() and progress_file.stat().st_size > 0
+            if not done.wait(10.0 if running else 2.0):
+                # still building or starting (the stop file is read only once the run
+                # loop is on), or stuck: stop the compiler / simulator processes, no report
+                from mrcnic.interrupt import stop_children
+                stop_children()
+                done.wait(2.0)
+            if not out_file.exists():
+                raise KeyboardInterrupt from None
         th.join()
         if err:
             exc = err[0]
@@ -429,6 +456,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     rep["build_dir"] = str(build_dir)
     if waves:
         rep["waves"] = str(build_dir / "sim" / "mrcnic_cosim.fst")
+    report_mod.annotate(rep, served=serve is not None, stop_file=stop_file,
+                        lower_bound_ns=times["lower_bound_ns"])
     if json_path:
         report_mod.write_json(rep, json_path)
     if plot:
@@ -633,12 +662,13 @@ class _Observer:
                 e["trimmed"] += 1
 
 
-def _fabric_for(sc: dict):
+def _fabric_for(sc: dict, pcap: str | None = "hosts"):
+    """(topology, fabric) of a scenario; ``pcap``: the links tapped (Fabric's ``pcap``)."""
     from .fabric import Fabric
     from .topology import ClosTopology
 
     topo = ClosTopology(**sc["topology"])
-    fabric = Fabric(topo, pcap="hosts", **sc["fabric"])
+    fabric = Fabric(topo, pcap=pcap, **sc["fabric"])
     for s in sc.get("slow_links", []):
         a, b = s["link"]
         for port in (fabric.port(a, b), fabric.port(b, a)):
@@ -731,7 +761,8 @@ if cocotb is not None:
         cfgs = [loads_config(t, f"nic{k}") for k, t in enumerate(job["configs"])]
         tables = [compile_tables(c) for c in cfgs]
         ports = sc["topology"]["planes"]
-        topo, fabric = _fabric_for(sc)
+        # --pcap: every link tapped (one pcapng interface per link direction); else none
+        topo, fabric = _fabric_for(sc, pcap="all" if job.get("pcap") else None)
         wrs = job["wrs"]
         top = max([mr.base + mr.length for c in cfgs for mr in c.memory_regions]
                   + [w["local_addr"] + w["length"] for w in wrs])

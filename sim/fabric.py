@@ -149,6 +149,18 @@ class _Link:
         return not self.down
 
 
+def _is_trimmed(frame: bytes, trim_dscp: int) -> bool:
+    """True for a data frame (BTH OpCode 0x0A/0x0B) whose IPv6 DSCP is ``trim_dscp``."""
+    if len(frame) < 66 or frame[12:14] != b"\x86\xdd":
+        return False
+    if ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2 != trim_dscp:
+        return False
+    off = _IP + 40
+    if frame[_IP + 6] == 43 and len(frame) > off + 1:
+        off += 8 * (frame[off + 1] + 1)
+    return len(frame) > off + 8 and frame[off + 8] in (0x0A, 0x0B)
+
+
 class Port:
     """Egress port: the transmitter of one direction of a link, with its queues.
 
@@ -193,6 +205,7 @@ class Port:
         self.prio_depth = 0
         self.busy = False
         self.tap = False
+        self.on_drop = None     #: ``f(port, frame, reason)`` for each frame lost here (tapped ports)
         self.stats = PortStats()
 
     def serialisation_ns(self, frame_len: int) -> float:
@@ -208,6 +221,8 @@ class Port:
         """Queue ``frame`` (ECN-marking or trimming it as configured); False when dropped."""
         if not self.link.up:
             self.stats.drops["link_down"] += 1
+            if self.on_drop is not None:
+                self.on_drop(self, frame, "link down")
             return False
         n = len(frame)
         if self.queue_bytes is None or self.data_depth + n <= self.queue_bytes:
@@ -232,6 +247,8 @@ class Port:
                 self.stats.trimmed += 1
                 return True
         self.stats.drops["overflow"] += 1
+        if self.on_drop is not None:
+            self.on_drop(self, frame, "queue overflow" + (", no room to trim" if self.trim else ""))
         return False
 
     def dequeue(self) -> bytes | None:
@@ -250,6 +267,9 @@ class Port:
         """Lose every queued frame (counted as ``reason``); returns how many."""
         lost = len(self.data) + len(self.prio)
         self.stats.drops[reason] += lost
+        if self.on_drop is not None:
+            for frame in (*self.prio, *self.data):
+                self.on_drop(self, frame, f"queued when the link went down ({reason})")
         self.data.clear()
         self.prio.clear()
         self.data_depth = self.prio_depth = 0
@@ -455,6 +475,8 @@ class Fabric:
             for port in (fwd, rev):
                 self.ports[port.name] = port
                 port.tap = pcap == "all" or (pcap == "hosts" and is_host)
+                if port.tap:
+                    port.on_drop = self._tap_drop
             if is_host:
                 self._uplink[self._host_of_node[a], plane] = fwd
             else:
@@ -468,6 +490,9 @@ class Fabric:
         self.delivered: list[tuple[float, int, int, int]] = []
         self.events_log: list[dict] = []
         self.taps: list[tuple[float, str, bytes]] = []
+        self.tap_notes: dict[int, list[str]] = {}   # tap index -> comments (trims, drops)
+        self._tap_of: dict[tuple[str, int], int] = {}   # (port, id(frame)) in flight -> tap
+        self.trim_dscp = trim_dscp if trim else None
         self.pcap_max_frames = pcap_max_frames
         self.pcap_dropped = 0
         self.lost_in_flight = 0
@@ -512,6 +537,11 @@ class Fabric:
         port.stats.bytes += len(frame)
         if port.tap:
             if len(self.taps) < self.pcap_max_frames:
+                self._tap_of[port.name, id(frame)] = len(self.taps)
+                if self.trim_dscp is not None and _is_trimmed(frame, self.trim_dscp):
+                    self.tap_notes[len(self.taps)] = [
+                        f"trimmed (DSCP {self.trim_dscp}): a switch cut the payload off, "
+                        "no valid ICRC"]
                 self.taps.append((t, port.name, frame))
             else:
                 self.pcap_dropped += 1
@@ -520,9 +550,11 @@ class Fabric:
 
     def _arrive(self, port: Port, frame: bytes, epoch: int):
         link = port.link
+        tap = self._tap_of.pop((port.name, id(frame)), None) if port.tap else None
         if not link.up or link.epoch != epoch:
             port.stats.drops["link_down"] += 1
             self.lost_in_flight += 1
+            self._note(tap, f"lost in flight: link {port.name} went down")
             return
         host = self._host_of_node.get(port.dst)
         if host is not None:
@@ -532,14 +564,28 @@ class Fabric:
         switch = self.switches[port.dst]
         if not switch.up:
             switch.drops["switch_down"] += 1
+            self._note(tap, f"lost: switch {switch.name} is down")
             return
         egress, result = switch.forward(frame)
         if egress is None:
+            self._note(tap, f"dropped by switch {switch.name} ({result})")
             return
         if self.switch_latency_ns:
             self._schedule(self.now + self.switch_latency_ns, _ENQUEUE, egress, result)
         elif egress.enqueue(result):
             self._start(egress)
+
+    def _note(self, tap: int | None, text: str):
+        if tap is not None:
+            self.tap_notes.setdefault(tap, []).append(text)
+
+    def _tap_drop(self, port: Port, frame: bytes, reason: str):
+        """A frame lost at a tapped port before it was sent: one record with a comment."""
+        if len(self.taps) < self.pcap_max_frames:
+            self.tap_notes[len(self.taps)] = [f"dropped at {port.name} before sending: {reason}"]
+            self.taps.append((self.now, port.name, frame))
+        else:
+            self.pcap_dropped += 1
 
     # ---- the co-simulation API ---------------------------------------------
     def send(self, host: int, plane: int, frame_bytes: bytes, now_ns: float) -> None:
@@ -705,21 +751,24 @@ class Fabric:
         }
 
     def write_pcap(self, path, port: str | None = None) -> int:
-        """Write the tapped frames (optionally of one port ``"src->dst"``) as a pcap.
+        """Write the tapped frames (optionally of one port ``"src->dst"``) as pcapng.
 
-        Nanosecond timestamps (simulation time from 0), Ethernet link type,
-        frames without FCS, in time order.  Returns the number of frames written.
+        One interface per tapped port, named as the port (``"p2.leaf0->p2.spine6"``: the
+        link and its direction), so each frame appears once per tap it crossed; nanosecond
+        timestamps (simulation time from 0); Ethernet link type, frames without FCS, in
+        time order; packet comments for trimmed frames and for frames dropped or lost
+        (:mod:`mrcnic.sim.pcapng`).  Returns the number of frames written.
         """
-        from scapy.utils import PcapWriter
+        from .pcapng import PcapNgWriter
 
-        records = sorted((t for t in self.taps if port is None or t[1] == port),
-                         key=lambda r: r[0])
-        writer = PcapWriter(str(path), linktype=1, nano=True, sync=False)
-        try:
-            writer.write_header(None)
-            for t, _, frame in records:
-                ns = int(round(t))
-                writer.write_packet(frame, sec=ns // 1_000_000_000, usec=ns % 1_000_000_000)
-        finally:
-            writer.close()
+        records = sorted((i for i, t in enumerate(self.taps) if port is None or t[1] == port),
+                         key=lambda i: self.taps[i][0])
+        with PcapNgWriter(path) as writer:
+            for name in sorted({self.taps[i][1] for i in records}):
+                p = self.ports[name]
+                writer.interface(name, f"plane {p.link.plane}: {p.src} to {p.dst}, "
+                                       f"{p.rate_gbps:g} Gb/s, {p.latency_ns:g} ns")
+            for i in records:
+                t, name, frame = self.taps[i]
+                writer.write(name, int(round(t)), frame, self.tap_notes.get(i, ()))
         return len(records)

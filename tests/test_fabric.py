@@ -543,3 +543,37 @@ def test_pcap_written_and_reread(tmp_path):
 def test_deterministic():
     a, b = _mixed_run("all"), _mixed_run("all")
     assert a.taps == b.taps and a.delivered == b.delivered and a.counters() == b.counters()
+
+
+def test_pcapng_one_interface_per_tap_with_comments(tmp_path):
+    """The capture is pcapng: each frame once per tap it crossed, on an interface named as the
+    port (``src->dst``); trimmed frames and frames lost to a failure carry a comment."""
+    fab = _mixed_run("all")
+    path = tmp_path / "fabric.pcapng"
+    n = fab.write_pcap(path)
+    pkts = rdpcap(str(path))
+    assert len(pkts) == n == len(fab.taps)
+    assert path.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"              # a pcapng section
+    records = sorted(range(len(fab.taps)), key=lambda i: fab.taps[i][0])
+    per_tap = {}
+    for pkt, i in zip(pkts, records):
+        t, name, frame = fab.taps[i]
+        assert pkt.sniffed_on == name and "->" in name
+        per_tap.setdefault(name, []).append(frame)
+        comments = [c.decode() for c in (pkt.comments or [])]
+        if pkt[IPv6].tc >> 2 == 46:
+            assert any(c.startswith("trimmed") for c in comments), comments
+    for name, frames in per_tap.items():            # a frame never appears twice on one tap
+        assert len(frames) == len(set(frames)), name
+    # a link failing with a frame in flight on it: the tap's record says so
+    topo = ClosTopology()
+    fab = Fabric(topo, pcap="all")
+    e = topo.ev_profile(0, 1, evs=4)[0]
+    fab.send(0, e.port, data_frame(topo, 0, 1, e.usids, ev=e.ev, port=e.port), 0)
+    uplink = fab.uplink(0, e.port)
+    fab.fail_link(10.0, uplink.src, uplink.dst)
+    fab.drain()
+    fab.write_pcap(tmp_path / "fail.pcapng")
+    lost = [p for p in rdpcap(str(tmp_path / "fail.pcapng")) if p.comments]
+    assert lost and b"lost in flight" in lost[0].comments[0]
+    assert lost[0].sniffed_on == uplink.name
