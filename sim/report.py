@@ -103,16 +103,21 @@ def annotate(report: dict, *, served: bool = False, stop_file=None,
 
 
 def plot_window_ns(report: dict) -> float:
-    """The averaging window of :func:`plot_throughput`, scaled to the run.
+    """Half-width of the triangular averaging window of :func:`plot_throughput`, in ns.
 
-    A plane sees one frame in every ``planes`` (spraying), about ``planes`` x 1.2 us
-    apart at 8 Gb/s, so a window shorter than that shows single frames, not a rate;
-    1/20 of the run keeps the shape of a long run.  The window is the larger of the two,
-    but never more than 1/8 of the run (short runs), nor less than one bin.
+    Spraying gives a plane one frame in every ``planes``: frames ``T = planes x frame time``
+    apart on each plane (the frame time from the run's own mean data frame at the sender's
+    rate).  A triangle of half-width ``T`` turns such a train into its exact mean rate
+    (no aliasing spikes); a long run uses 1/40 of its span if that is wider, a short one
+    never more than 1/6 of it, and never less than one bin.
     """
     thr = report["throughput"]
     span = max(1.0, len(thr["t_ns"]) * thr["bin_ns"])
-    window = min(max(report["planes"] * 1200.0, span / 20), span / 8)
+    sent = report.get("packets_sent") or 0
+    data = sum(report.get("per_plane_data_bytes") or [])
+    frame_ns = ((data / sent + 24) * 8 / report.get("sender_gbps", 8.0)) if sent and data \
+        else 1200.0
+    window = min(max(report["planes"] * frame_ns, span / 40), span / 6)
     return max(window, thr["bin_ns"])
 
 
@@ -124,8 +129,9 @@ def plot_throughput(report: dict, path) -> Path:
     legend rather than over the curves), EV events (triangles on the time axis: red
     ASSUMED_BAD, green GOOD), the completion time, the contract's reference time
     (``ideal_ns``: wire time at full rate + one base RTT) and the true lower bound
-    (``lower_bound_ns``), each with its value.  The averaging window is scaled to the run
-    (:func:`plot_window_ns`) and named on the y axis.  Matplotlib, Agg backend.
+    (``lower_bound_ns``), each with its value.  The rate is a triangular moving average
+    whose half-width is scaled to the run (:func:`plot_window_ns`) and named on the y axis.
+    Matplotlib, Agg backend.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -134,20 +140,20 @@ def plot_throughput(report: dict, path) -> Path:
     thr = report["throughput"]
     t0, bin_ns = thr["t0_ns"], thr["bin_ns"]
     window_ns = plot_window_ns(report)
-    w = max(1, round(window_ns / bin_ns))
-    t_us = [(t + bin_ns / 2 - t0) / 1000 for t in thr["t_ns"]]
+    m = max(0, round(window_ns / bin_ns) - 1)           # triangle: weights m+1-|j|, |j| <= m
+    norm = (m + 1) ** 2
+    kernel = [(m + 1 - abs(j)) / norm for j in range(-m, m + 1)]
     fig, ax = plt.subplots(figsize=(10, 5.2), dpi=110)
-    t_us += [t_us[-1] + (i + 1) * bin_ns / 1000 for i in range(w)] if t_us else []
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+              "tab:olive", "tab:cyan"]
     for p, row in enumerate(thr["planes"]):
-        row = list(row) + [0] * w          # let the average run out past the last bin
-        acc, gbps = 0, []
-        for i, b in enumerate(row):
-            acc += b - (row[i - w] if i >= w else 0)
-            gbps.append(acc * 8 / (w * bin_ns))
-        # the average of the w bins ending at bin i, drawn at the window's centre
-        pts = [(t - (w - 1) * bin_ns / 2000, g) for t, g in zip(t_us, gbps)]
-        ax.plot([t for t, _ in pts], [g for _, g in pts], label=f"plane {p}", linewidth=1.2)
-    styles = {"fail": ("red", "-"), "recover": ("green", "-")}
+        row = [0] * m + list(row) + [0] * m            # the average runs out on both sides
+        t_us = [(thr["t_ns"][0] + (i - m + 0.5) * bin_ns - t0) / 1000
+                for i in range(len(row))] if thr["t_ns"] else []
+        gbps = [sum(k * row[i + j - m] for j, k in enumerate(kernel)
+                    if 0 <= i + j - m < len(row)) * 8 / bin_ns for i in range(len(row))]
+        ax.plot(t_us, gbps, label=f"plane {p}", linewidth=1.3, color=colors[p % len(colors)])
+    styles = {"fail": ("red", (0, (6, 2))), "recover": ("green", (0, (6, 2)))}
     for f in report.get("failures", []):
         x = f["t_rel_ns"] / 1000
         color, ls = styles["fail" if f["action"].startswith("fail") else "recover"]
@@ -167,17 +173,17 @@ def plot_throughput(report: dict, path) -> Path:
     if report.get("completion_ns") is not None:
         ax.axvline(report["completion_ns"] / 1000, color="black", linestyle="--", linewidth=1.2,
                    label=f"completion {report['completion_ns'] / 1000:.2f} us", zorder=3)
-    ax.axvline(report["ideal_ns"] / 1000, color="tab:blue", linestyle=(0, (1, 1)),
+    ax.axvline(report["ideal_ns"] / 1000, color="navy", linestyle=(0, (1, 1)),
                linewidth=2.2, alpha=0.7, zorder=4,
                label=f"reference (wire time + 1 RTT) {report['ideal_ns'] / 1000:.2f} us")
     if report.get("lower_bound_ns"):
-        ax.axvline(report["lower_bound_ns"] / 1000, color="tab:purple", linestyle="-.",
+        ax.axvline(report["lower_bound_ns"] / 1000, color="dimgray", linestyle="-.",
                    linewidth=1.2, zorder=4,
                    label=f"lower bound {report['lower_bound_ns'] / 1000:.2f} us")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time since the work requests were posted (us)")
-    ax.set_ylabel(f"delivered to hosts (Gb/s, {window_ns / 1000:.1f} us average)")
+    ax.set_ylabel(f"delivered to hosts (Gb/s, triangular average +/- {window_ns / 1000:.1f} us)")
     ax.set_title(f"mrcnic sim {report['scenario']}: {report['nics']} NICs, "
                  f"{report['planes']} planes, {report['evs']} EVs")
     ax.grid(True, alpha=0.3)
