@@ -14,10 +14,15 @@ from the NIC's transmit QP contexts (``txqp.profile_base/profile_count``), named
 hardware does not store the floor, so the last GOOD EV is protected only).
 
 Output: rich tables for people, ``--json`` for scripts (``counters --watch
---json`` prints one JSON object per line).  Errors (unknown EV or profile,
-values out of range, a deny that would break ``ev_min_active``, bus errors,
-link errors) print one clear message, exit with status 1 and write nothing:
-every check runs before the first register write.
+--json`` prints one JSON object per line).  Errors print one ``error:`` line and write
+nothing (every check runs before the first register write), with the exit codes of
+every ``mrcnic`` command (:mod:`mrcnic.clikit`): 2 for bad input (unknown EV or profile,
+values out of range, a deny that would break ``ev_min_active``, a configuration the
+NIC cannot hold, no ``--target``), 1 when the NIC or the link fails the command (bus
+errors, no answer, a verify mismatch, no probe reply, an agent error), 130 on Ctrl-C.
+Operations that read many table entries (``ev list``, ``ev deny/allow/...`` without
+``--profile``) show a progress bar on stderr; table entries are read with one
+multi-word read each where the transport has one (``read_burst``).
 """
 
 import ipaddress
@@ -38,7 +43,15 @@ __all__ = ["fw", "open_target", "parse_target"]
 
 
 class FwError(click.ClickException):
-    """A clear, user-facing error of an ``mrcnic fw`` command (exit status 1)."""
+    """A clear, user-facing error of an ``mrcnic fw`` command: bad input (exit status 2)."""
+
+    exit_code = 2
+
+
+class FwFailed(click.ClickException):
+    """The NIC or the link failed the command (exit status 1)."""
+
+    exit_code = 1
 
 
 def parse_target(target: str):
@@ -84,6 +97,20 @@ class _Ctx:
                               "(or set MRCNIC_TARGET)")
             self._client = CsrClient(open_target(self.target, self.timeout))
         return self._client
+
+    def progress(self, total: int, label: str):
+        """A transient progress bar on stderr (people only: not with --json, not for a few
+        items); returns ``(context manager, advance())``."""
+        import contextlib
+        if self.as_json or total < 8:
+            return contextlib.nullcontext(), lambda: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        bar = Progress("[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=Console(stderr=True), transient=True)
+        task = bar.add_task(label, total=total)
+        return bar, lambda: bar.advance(task)
 
     @property
     def cfg(self):
@@ -131,12 +158,21 @@ class _Ctx:
         return profs[name]
 
     def entries(self, prof) -> list:
-        """Path-table entries of a profile, each with its ``index``."""
+        """Path-table entries of a profile, each with its ``index`` (cached per command)."""
+        key = (prof["base"], prof["count"])
+        cache = self.__dict__.setdefault("_entries", {})
+        if key in cache:
+            return cache[key]
         out = []
-        for i in range(prof["base"], prof["base"] + prof["count"]):
-            e = self.client.read_table("path", i)
-            e["index"] = i
-            out.append(e)
+        bar, advance = self.progress(prof["count"], f"reading path entries {prof['base']}.."
+                                                    f"{prof['base'] + prof['count'] - 1}")
+        with bar:
+            for i in range(prof["base"], prof["base"] + prof["count"]):
+                e = self.client.read_table("path", i)
+                e["index"] = i
+                out.append(e)
+                advance()
+        cache[key] = out
         return out
 
     def resolve_ev(self, ev: int, profile: str | None):
@@ -175,7 +211,8 @@ INT = _IntType()
 
 
 def _guard(fn):
-    """Turn firmware / link / config errors into one clear message (exit status 1)."""
+    """Turn firmware / link / config errors into one clear message: bad input exits 2,
+    a link or bus failure 1 (module docstring)."""
     import functools
 
     from ..config import ConfigError
@@ -187,7 +224,7 @@ def _guard(fn):
         except (CsrValueError, ConfigError) as exc:
             raise FwError(str(exc)) from None
         except (TransportError, LinkError) as exc:
-            raise FwError(f"{exc}") from None
+            raise FwFailed(f"{exc}") from None
         except ValueError as exc:
             raise FwError(str(exc)) from None
     return wrapper
@@ -220,7 +257,8 @@ def _state(v):
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The NIC's config (TOML): EV profile names and ev_min_active.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-@click.option("--timeout", type=float, default=None, help="Seconds to wait for each response.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds to wait for each response [default: 0.5 over uart, 2.0 over tcp].")
 @click.pass_context
 def fw(ctx, target, config_path, as_json, timeout):
     """Firmware: manage a NIC through its CSR bank (docs/register-map.md)."""
@@ -439,7 +477,7 @@ def ev_probe(obj, ev_value, profile, wait):
                                   [(r["index"], r["rtt_ns"], "" if r["requested"] else "other probe")
                                    for r in replies] + [(i, "-", "no reply") for i in missing]))
     if missing and not replies:
-        raise FwError(f"no probe reply for EV {ev_value:#x} within {wait} s (wall clock; a "
+        raise FwFailed(f"no probe reply for EV {ev_value:#x} within {wait} s (wall clock; a "
                       "simulated NIC needs more: --wait 30)")
 
 
@@ -587,7 +625,7 @@ def agent_run(obj, period, probe_timeout, duration, periods, restore_after, deny
             [(k, json.dumps(v) if isinstance(v, (dict, list)) else v)
              for k, v in summary.items() if v is not None]))
     if error:
-        raise FwError(error)
+        raise FwFailed(error)
 
 
 # ---- congestion control -----------------------------------------------------------------
@@ -667,7 +705,9 @@ def cc_set(obj, qp, assignments, cc_profile):
 # ---- provisioning -----------------------------------------------------------------------
 @fw.command()
 @click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--dry-run", is_flag=True, help="Check and list the writes, write nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Check and list the writes, write nothing; without --target the NIC's "
+                   "capacities are those of the default build (ID registers' reset values).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every table entry back after writing.")
 @click.pass_obj
@@ -677,9 +717,15 @@ def provision(obj, config_file, dry_run, verify):
     from ..config import compile_tables, load_config
     cfg = load_config(config_file)
     hw = compile_tables(cfg)
-    c = obj.client
+    if dry_run and not obj.target:
+        # no NIC to ask: the default build's identity (the ID block's reset values)
+        ident = {r.name: r.reset for b in REGMAP.blocks if b.name == "ID" for r in b.registers}
+        c = None
+    else:
+        c = obj.client
+        ident = c.identity()
     try:
-        plan = provision_plan(cfg, hw, c.identity())
+        plan = provision_plan(cfg, hw, ident)
     except ProvisionError as exc:
         raise FwError(str(exc)) from None
     if not dry_run:
@@ -690,12 +736,289 @@ def provision(obj, config_file, dry_run, verify):
                     got = c.read_table(item[1], item[2])
                     want = pack_record(REGMAP.table(item[1]).layout, item[3])
                     if pack_record(REGMAP.table(item[1]).layout, got) != want:
-                        raise FwError(f"verify failed: {item[1]}[{item[2]}] reads back {got}")
+                        raise FwFailed(f"verify failed: {item[1]}[{item[2]}] reads back {got}")
     summary = {}
     for item in plan:
         key = item[1] if item[0] == "table" else "registers"
         summary[key] = summary.get(key, 0) + 1
     data = dict(config=config_file, dry_run=dry_run, writes=summary,
+                checked_against="the default build (no --target)" if c is None else obj.target,
                 profiles={n: dict(base=b, count=k) for n, (b, k) in hw.profile_ranges.items()})
     obj.emit(data, lambda: _table(f"{'would program' if dry_run else 'programmed'} {cfg.nic.name}",
                                   ("what", "writes"), list(summary.items())))
+
+
+# ---- the OCP MRC APIs: controller (mrc_ctl.h) and application (mrc.h) ---------------------
+def _mrc_guard(fn):
+    """_guard, plus the APIs' errno errors as one clear message."""
+    import functools
+
+    from .mrc_ctl import MrcCtlError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MrcCtlError as exc:
+            raise FwError(str(exc)) from None
+    return _guard(wrapper)
+
+
+def _ctl(obj):
+    from .mrc_ctl import MrcCtlContext
+    cfg = obj.cfg[0] if obj.cfg is not None else None
+    return MrcCtlContext(obj.client, cfg)
+
+
+def _app(obj):
+    from .mrc import MrcContext
+    return MrcContext(_ctl(obj))
+
+
+def _pattern(spec: str, length: int) -> bytes:
+    """Bytes of a pattern: ``seed:N`` (random, seeded), ``incr`` (byte i = i mod 256) or a
+    byte value (``0xA5``)."""
+    import random
+    if spec.startswith("seed:"):
+        return random.Random(int(spec[5:], 0)).randbytes(length)
+    if spec == "incr":
+        return bytes(i & 0xFF for i in range(length))
+    try:
+        b = int(spec, 0)
+    except ValueError:
+        raise FwError(f"--pattern {spec!r}: seed:N, incr or a byte value") from None
+    if not 0 <= b <= 255:
+        raise FwError(f"--pattern {spec!r}: a byte value is 0..255")
+    return bytes([b]) * length
+
+
+class _SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        s = value.strip().lower()
+        mult = 1
+        for suf, m in (("kib", 1024), ("mib", 1 << 20), ("k", 1024), ("m", 1 << 20)):
+            if s.endswith(suf):
+                s, mult = s[:-len(suf)], m
+                break
+        try:
+            return int(s, 0) * mult
+        except ValueError:
+            self.fail(f"{value!r} is not a size (bytes, or 64k, 1MiB)", param, ctx)
+
+
+SIZE = _SizeType()
+
+
+@fw.group()
+def ctl():
+    """The controller API (mrc_ctl.h): device query and EV profiles as the header sees them."""
+
+
+@ctl.command("device")
+@click.pass_obj
+@_mrc_guard
+def ctl_device(obj):
+    """mrc_ctl_query_device: EV/CC limits, algorithms, port mask, optional features."""
+    import dataclasses
+
+    from .mrc_ctl import MrcCtlAttrOpt
+    d = _ctl(obj).mrc_ctl_query_device()
+    data = dataclasses.asdict(d)
+    data["opt_attr_names"] = [o.name for o in MrcCtlAttrOpt if d.opt_attr & o]
+    rows = [(f"ev.{k}", v) for k, v in data["ev"].items()] + \
+        [(f"cc.{k}", v) for k, v in data["cc"].items()] + \
+        [("phy_port_mask", f"{d.phy_port_mask:#x}"), ("opt_attr", ", ".join(data["opt_attr_names"]))]
+    obj.emit(data, lambda: _table("mrc_ctl_query_device", ("field", "value"), rows))
+
+
+@ctl.command("profiles")
+@click.option("--evs/--no-evs", default=False, help="Also list each profile's EV array.")
+@click.pass_obj
+@_mrc_guard
+def ctl_profiles(obj, evs):
+    """mrc_ctl_query_ev_profile of every EV profile (state, mode, count, fields, EVs)."""
+    from .mrc_ctl import (MrcCtlEvFieldsOp, MrcCtlEvFieldsOpArgs, MrcCtlEvOp, MrcCtlEvOpArgs,
+                          MrcCtlEvProfileAttr)
+    from .mrc_ctl import MrcCtlEvProfileAttrMask as M
+    c = _ctl(obj)
+    out = {}
+    for pid in sorted(c.ev_profiles):
+        a = MrcCtlEvProfileAttr(ev_fields_op=MrcCtlEvFieldsOpArgs(
+            MrcCtlEvFieldsOp.MRC_CTL_EV_FIELDS_OP_QUERY_FIELDS, field_count=64))
+        c.mrc_ctl_query_ev_profile(pid, a, M.MRC_CTL_EV_PROFILE_STATE | M.MRC_CTL_EV_PROFILE_MODE
+                                   | M.MRC_CTL_EV_PROFILE_COUNT | M.MRC_CTL_EV_PROFILE_MIN_ACTIVE
+                                   | M.MRC_CTL_EV_PROFILE_EV_FIELDS_OP)
+        rec = dict(name=c.profile_names.get(pid), state=a.cur_profile_state.name,
+                   ev_mode=a.ev_mode.name, ev_count=a.ev_count, ev_min_active=a.ev_min_active,
+                   base=c.ev_profiles[pid].base, qps=c.qps_of(pid),
+                   fields=[dict(width=f.width, init_val=f.init_val, min_val=f.min_val,
+                                max_val=f.max_val, mask=f.mask) for f in a.ev_fields_op.fields])
+        if evs:
+            q = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_ARRAY,
+                                                         entry_count=a.ev_count))
+            c.mrc_ctl_query_ev_profile(pid, q, M.MRC_CTL_EV_PROFILE_EV_OP)
+            rec["evs"] = [dict(val=e.ev.val, port=e.ev.port, state=e.state.name)
+                          for e in q.ev_op.entries[:q.ev_op.entry_count]]
+        out[str(pid)] = rec
+    obj.emit(out, lambda: _table("EV profiles (mrc_ctl_query_ev_profile)",
+                                 ("profile", "name", "state", "mode", "count", "min active", "QPs"),
+                                 [(p, r["name"] or "", r["state"], r["ev_mode"], r["ev_count"],
+                                   r["ev_min_active"], r["qps"]) for p, r in out.items()]))
+
+
+@fw.group()
+def wr():
+    """Work requests (mrc.h mrc_post_send / mrc_poll_cq) through the board registers."""
+
+
+@wr.command("post")
+@click.option("--qp", type=int, default=0, show_default=True, help="QP index.")
+@click.option("--size", type=SIZE, required=True, help="Bytes to write (64k, 1MiB, ...).")
+@click.option("--imm", type=INT, default=None, help="Write-with-Immediate with this value.")
+@click.option("--local-addr", type=INT, default=0x0040_0000, show_default=True,
+              help="Host-memory byte address of the source data (8-byte aligned).")
+@click.option("--file", "src_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Source data from this file (its first --size bytes).")
+@click.option("--pattern", default=None, help="Source data: seed:N, incr or a byte (0xA5).")
+@click.option("--no-fill", is_flag=True, help="Post what is in host memory already.")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="Write the source data to this file too (to compare with the receiver's).")
+@click.option("--va", type=INT, default=None, help="Remote VA.")
+@click.option("--rkey", type=INT, default=None, help="Remote rkey.")
+@click.option("--peer-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The receiver's config: its first memory region gives VA and rkey.")
+@click.option("--offset", type=SIZE, default=0, show_default=True,
+              help="Offset into the peer's region (with --peer-config).")
+@click.option("--wr-id", type=INT, default=1, show_default=True)
+@click.pass_obj
+@_mrc_guard
+def wr_post(obj, qp, size, imm, local_addr, src_file, pattern, no_fill, save, va, rkey,
+            peer_config, offset, wr_id):
+    """Fill host memory with the source data and post one RDMA WRITE (mrc_post_send)."""
+    from .mrc import IbvSendWr, IbvWrOpcode
+    if sum(x is not None and x is not False for x in (src_file, pattern, no_fill or None)) > 1:
+        raise FwError("give one of --file, --pattern, --no-fill")
+    if peer_config:
+        from ..config import load_config
+        regions = load_config(peer_config).memory_regions
+        if not regions:
+            raise FwError(f"{peer_config} has no memory region")
+        mr = regions[0]
+        if offset + size > mr.length:
+            raise FwError(f"offset {offset} + size {size} exceeds the peer region ({mr.length} bytes)")
+        va = mr.va + offset if va is None else va
+        rkey = mr.rkey if rkey is None else rkey
+    if va is None or rkey is None:
+        raise FwError("give --va and --rkey, or --peer-config")
+    data = None
+    if not no_fill:
+        if src_file:
+            with open(src_file, "rb") as f:
+                data = f.read(size)
+            if len(data) < size:
+                raise FwError(f"{src_file} holds {len(data)} bytes, --size is {size}")
+        else:
+            data = _pattern(pattern or "seed:1", size)
+    app = _app(obj)
+    if data is not None:
+        app.mem.write(local_addr, data)
+        if save:
+            with open(save, "wb") as f:
+                f.write(data)
+    op = IbvWrOpcode.IBV_WR_RDMA_WRITE if imm is None else IbvWrOpcode.IBV_WR_RDMA_WRITE_WITH_IMM
+    app.qp(qp).mrc_post_send(IbvSendWr(wr_id, op, local_addr, size, va, rkey, imm or 0))
+    out = dict(qp=qp, opcode=op.name, size=size, local_addr=local_addr, va=va, rkey=rkey,
+               imm=imm, wr_id=wr_id, filled=data is not None)
+    obj.emit(out, lambda: _table("posted (mrc_post_send)", ("field", "value"),
+                                 [(k, f"{v:#x}" if isinstance(v, int) and k in ("va", "rkey",
+                                                                              "local_addr") else v)
+                                  for k, v in out.items()]))
+
+
+@wr.command("wait")
+@click.option("--cq", type=click.Choice(["recv", "send"]), default="recv", show_default=True,
+              help="recv: messages placed into this NIC's memory; send: this NIC's sent WRs "
+                   "(the co-simulation only).")
+@click.option("--count", type=int, default=1, show_default=True)
+@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
+              help="Wall-clock seconds (a simulation needs minutes for 64 KiB).")
+@click.pass_obj
+@_mrc_guard
+def wr_wait(obj, cq, count, wait_s):
+    """Wait for completions (mrc_poll_cq) and print them."""
+    wcs = _app(obj).wait_cq(cq, count, wait_s)
+    out = [dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn, imm=w.imm_data if w.wc_flags else None)
+           for w in wcs]
+    obj.emit(out, lambda: _table(f"{len(out)} {cq} completions", ("qp", "opcode", "psn", "imm"),
+                                 [(r["qp"], r["opcode"], r["psn"], "" if r["imm"] is None
+                                   else f"{r['imm']:#x}") for r in out]))
+
+
+@fw.group()
+def mem():
+    """The NIC's host memory through the board's window (0x8000..)."""
+
+
+@mem.command("dump")
+@click.argument("addr", type=INT)
+@click.argument("length", type=SIZE)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Raw bytes to a file.")
+@click.option("--compare", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Compare with this file (exit 1 if they differ).")
+@click.pass_obj
+@_mrc_guard
+def mem_dump(obj, addr, length, out, compare):
+    """Read LENGTH bytes of host memory at ADDR (hex dump, --out file, --compare)."""
+    data = _app(obj).mem.read(addr, length)
+    if out:
+        with open(out, "wb") as f:
+            f.write(data)
+    res = dict(addr=addr, length=length)
+    if compare:
+        with open(compare, "rb") as f:
+            ref = f.read(length)
+        diff = sum(1 for a, b in zip(data, ref) if a != b) + abs(len(ref) - len(data))
+        first = next((i for i, (a, b) in enumerate(zip(data, ref)) if a != b), None)
+        res.update(compared=compare, differing_bytes=diff, first_difference=first)
+    if obj.as_json:
+        if not out and not compare:
+            res["hex"] = data.hex()
+        click.echo(json.dumps(res, indent=2))
+    else:
+        if not out and not compare:
+            for i in range(0, len(data), 16):
+                chunk = data[i:i + 16]
+                click.echo(f"{addr + i:08x}  {chunk.hex(' ')}")
+        if compare:
+            click.echo(f"{length} bytes at {addr:#x} vs {compare}: "
+                       + ("identical" if not res["differing_bytes"] else
+                          f"{res['differing_bytes']} bytes differ (first at +{res['first_difference']})"))
+    if compare and res["differing_bytes"]:
+        raise FwError(f"host memory at {addr:#x} differs from {compare} in "
+                      f"{res['differing_bytes']} bytes")
+
+
+@mem.command("fill")
+@click.argument("addr", type=INT)
+@click.argument("length", type=SIZE)
+@click.option("--pattern", default="0x00", show_default=True, help="seed:N, incr or a byte value.")
+@click.option("--file", "src_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Bytes from this file instead of a pattern.")
+@click.pass_obj
+@_mrc_guard
+def mem_fill(obj, addr, length, pattern, src_file):
+    """Write LENGTH bytes of host memory at ADDR from a pattern or a file."""
+    if src_file:
+        with open(src_file, "rb") as f:
+            data = f.read(length)
+        if len(data) < length:
+            raise FwError(f"{src_file} holds {len(data)} bytes, LENGTH is {length}")
+    else:
+        data = _pattern(pattern, length)
+    _app(obj).mem.write(addr, data)
+    obj.emit(dict(addr=addr, length=length), lambda: _table("host memory written", ("field", "value"),
+                                                            [("addr", f"{addr:#x}"), ("length", length)]))

@@ -398,3 +398,46 @@ def test_host_memory_board_window():
     with pytest.raises(MrcCtlError) as info:
         mem.write(16382, b"abcd")
     assert info.value.errno == errno.EINVAL
+
+
+def test_cli_wr_post_wait_mem(tmp_path):
+    """``mrcnic fw wr post`` / ``wr wait`` / ``mem fill`` / ``mem dump --compare`` over TCP."""
+    import json
+
+    from click.testing import CliRunner
+
+    from mrcnic.cli import main
+    from mrcnic.fw.tcp import CsrServer
+    from mrcnic.rtl.layouts import Completion
+    model, client, cfg = nic()
+    with CsrServer(model) as srv:
+        target = f"tcp:{srv.address[0]}:{srv.address[1]}"
+
+        def fw(*args, ok=True):
+            res = CliRunner().invoke(main, ["fw", "--target", target, "--json", *args])
+            assert (res.exit_code == 0) == ok, res.output
+            return json.loads(res.output) if ok else res.output
+        sent = tmp_path / "sent.bin"
+        out = fw("wr", "post", "--size", "4k", "--imm", "0x55", "--local-addr", "0x2000",
+                 "--pattern", "seed:7", "--save", str(sent),
+                 "--peer-config", str(EXAMPLES / "nic1.toml"), "--offset", "512k")
+        assert out["opcode"] == "IBV_WR_RDMA_WRITE_WITH_IMM" and out["va"] == 0x7f0000080000
+        wr = unpack_record(WorkRequest, model.board.pending)
+        assert (wr["length"], wr["rkey"], wr["imm"], wr["local_addr"]) == (4096, 0x2001, 0x55, 0x2000)
+        assert fw("mem", "dump", "0x2000", "4k", "--compare", str(sent))["differing_bytes"] == 0
+        fw("mem", "fill", "0x2000", "16", "--pattern", "0xee")
+        assert "differs" in fw("mem", "dump", "0x2000", "4k", "--compare", str(sent), ok=False)
+        model.board.cpl.append(pack_record(Completion, dict(qp=0, psn=3, has_imm=1, imm=0x55)))
+        assert fw("wr", "wait", "--wait", "2") == [dict(qp=0, opcode="IBV_WC_RECV_RDMA_WITH_IMM",
+                                                        psn=3, imm=0x55)]
+        assert "ETIMEDOUT" in fw("wr", "wait", "--wait", "0.2", ok=False)
+        dev = fw("ctl", "device")
+        assert dev["cc"]["algorithms"] == ["uet-1.0-nscc"]
+        res = CliRunner().invoke(main, ["fw", "--target", target, "--config",
+                                        str(EXAMPLES / "two_nics.toml"), "--json", "ctl",
+                                        "profiles", "--evs"])
+        assert res.exit_code == 0, res.output
+        prof = json.loads(res.output)["1"]
+        assert prof["name"] == "to_nic1" and prof["state"] == "MRC_CTL_PROFILE_ONLINE"
+        assert [(e["val"], e["port"]) for e in prof["evs"]] == \
+            [(x.ev, x.port + 1) for x in cfg.ev_profiles["to_nic1"].entries]
