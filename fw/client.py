@@ -224,8 +224,16 @@ class _Ops:
         yield ("w", self.addr("TBL_INDEX"), index)
         yield ("w", self.addr("TBL_CMD"), TableOp.READ.value)
         bits = 0
-        for i in range(t.words):
-            bits |= (yield ("r", self.addr(f"TBL_DATA{i}"))) << (32 * i)
+        addrs = [self.addr(f"TBL_DATA{i}") for i in range(t.words)]
+        if addrs == [addrs[0] + 4 * i for i in range(t.words)]:
+            # consecutive words: one multi-word read where the transport has one
+            words = yield ("rn", addrs[0], t.words)
+        else:
+            words = []
+            for a in addrs:
+                words.append((yield ("r", a)))
+        for i, w in enumerate(words):
+            bits |= w << (32 * i)
         return unpack_record(t.layout, bits)
 
     def _pop_event(self):
@@ -277,6 +285,10 @@ def _sync(gen_fn):
                 req = gen.send(result)
                 if req[0] == "r":
                     result = self.transport.read32(req[1])
+                elif req[0] == "rn":            # consecutive words: a burst if available
+                    burst = getattr(self.transport, "read_burst", None)
+                    result = (burst(req[1], req[2]) if burst is not None else
+                              [self.transport.read32(req[1] + 4 * k) for k in range(req[2])])
                 else:
                     self.transport.write32(req[1], req[2])
                     result = None
@@ -295,6 +307,8 @@ def _async(gen_fn):
                 req = gen.send(result)
                 if req[0] == "r":
                     result = await self.transport.read32(req[1])
+                elif req[0] == "rn":
+                    result = [await self.transport.read32(req[1] + 4 * k) for k in range(req[2])]
                 else:
                     await self.transport.write32(req[1], req[2])
                     result = None

@@ -433,7 +433,7 @@ def test_cli_agent_run_json(tmp_path):
         assert "agent summary" in res.output
         res = CliRunner().invoke(main, [
             "fw", "--target", f"tcp:{host}:{port}", "agent", "run", "--period", "0"])
-        assert res.exit_code == 1 and "period_s must be > 0" in res.output
+        assert res.exit_code == 2 and "period_s must be > 0" in res.output
 
 
 def test_cli_ctrl_c_prints_summary(monkeypatch, tmp_path):

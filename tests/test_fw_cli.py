@@ -157,7 +157,7 @@ def test_provision_bad_config(nic, tmp_path):
     bad.write_text(Path(SRH).read_text().replace("ev_min_active = 2", "ev_min_active = 9"))
     before = nic.snapshot()
     res = fw(nic, "provision", str(bad), ok=False)
-    assert res.exit_code == 1 and "ev_min_active" in res.output and "bad.toml" in res.output
+    assert res.exit_code == 2 and "ev_min_active" in res.output and "bad.toml" in res.output
     assert nic.snapshot() == before
     too_many = tmp_path / "many.toml"
     text = Path(SRH).read_text()

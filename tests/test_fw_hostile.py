@@ -329,18 +329,18 @@ def test_provision_beyond_the_client_map_writes_nothing():
     with CsrServer(nic) as srv:
         res = CliRunner().invoke(main, ["fw", "--target", f"tcp:{srv.address[0]}:{srv.address[1]}",
                                         "provision", "examples/srh.toml"])
-    assert res.exit_code == 1 and "Error:" in res.output and nic.strobes == []
+    assert res.exit_code == 2 and "error:" in res.output and nic.strobes == []
 
 
 # ---- command lines ------------------------------------------------------------------------
 @pytest.mark.parametrize("args,code,msg", [
     (["--timeout", "inf", "device"], 2, "--timeout"),
     (["--timeout", "nan", "device"], 2, "--timeout"),
-    (["agent", "run", "--period", "inf", "--periods", "2"], 1, "period_s"),
-    (["agent", "run", "--probe-timeout", "inf"], 1, "probe_timeout_s"),
-    (["agent", "run", "--duration", "-1"], 1, "duration_s"),
-    (["agent", "run", "--periods", "-1"], 1, "--periods"),
-    (["ev", "probe", "1", "--wait", "inf"], 1, "--wait"),
+    (["agent", "run", "--period", "inf", "--periods", "2"], 2, "period_s"),
+    (["agent", "run", "--probe-timeout", "inf"], 2, "probe_timeout_s"),
+    (["agent", "run", "--duration", "-1"], 2, "duration_s"),
+    (["agent", "run", "--periods", "-1"], 2, "--periods"),
+    (["ev", "probe", "1", "--wait", "inf"], 2, "--wait"),
 ])
 def test_fw_cli_bad_options(args, code, msg):
     with CsrServer(LoopbackTransport()) as srv:
