@@ -108,8 +108,8 @@ def plot_window_ns(report: dict) -> float:
     Spraying gives a plane one frame in every ``planes``: frames ``T = planes x frame time``
     apart on each plane (the frame time from the run's own mean data frame at the sender's
     rate).  A triangle of half-width ``T`` turns such a train into its exact mean rate
-    (no aliasing spikes); a long run uses 1/40 of its span if that is wider, a short one
-    never more than 1/6 of it, and never less than one bin.
+    (no aliasing spikes); a long run uses the multiple of ``T`` nearest 1/40 of its span,
+    a short one never more than 1/6 of the span, and never less than one bin.
     """
     thr = report["throughput"]
     span = max(1.0, len(thr["t_ns"]) * thr["bin_ns"])
@@ -117,7 +117,8 @@ def plot_window_ns(report: dict) -> float:
     data = sum(report.get("per_plane_data_bytes") or [])
     frame_ns = ((data / sent + 24) * 8 / report.get("sender_gbps", 8.0)) if sent and data \
         else 1200.0
-    window = min(max(report["planes"] * frame_ns, span / 40), span / 6)
+    period = report["planes"] * frame_ns
+    window = min(period * max(1, round(span / 40 / period)), span / 6)
     return max(window, thr["bin_ns"])
 
 
