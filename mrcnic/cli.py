@@ -17,6 +17,7 @@ from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, OUT_DIR, OUT_FILE, SIZE, Inpu
                      MrcnicGroup, RunFailed)
 from .fw.cli import INT
 from .interrupt import sigterm_as_interrupt
+from .sim.simulators import SIMULATORS
 
 __all__ = ["main"]
 
@@ -33,6 +34,32 @@ def main():
 def _fail(message: str):
     """Bad input found by a command: one ``error:`` line, exit status 2 (mrcnic.clikit)."""
     raise InputError(message)
+
+
+def _set_simulator(ctx, param, value):
+    """``--simulator``: the simulator of every RTL run of this command (as ``$MRCNIC_SIM``);
+    its tools are checked here, so a missing one is one error line before anything runs."""
+    import os
+
+    from .sim.simulators import SimulatorMissing, resolve, simulator_env
+    if value:
+        os.environ["MRCNIC_SIM"] = value
+    try:
+        simulator_env(resolve(value))
+    except (SimulatorMissing, ValueError) as exc:
+        raise InputError(str(exc)) from None
+
+
+_SIMULATOR = click.option("--simulator", type=click.Choice(SIMULATORS), default=None,
+                          expose_value=False, callback=_set_simulator,
+                          help="HDL simulator (default: $MRCNIC_SIM, else verilator; "
+                               "its builds are cached).")
+
+
+def _sim_name() -> str:
+    """The simulator this command runs (for status lines)."""
+    from .sim.simulators import resolve
+    return resolve().capitalize()
 
 
 _KEEP = click.option("--keep", is_flag=True,
@@ -90,6 +117,7 @@ def _build_dir(build_dir, keep: bool, name: str):
 @click.option("--build-dir", type=OUT_DIR, default=None,
               help="Build and run directory (default: a temporary one, removed at the end).")
 @_KEEP
+@_SIMULATOR
 def send(config_path, qp, size, out, peer_config, va, rkey, imm, seed, json_path, waves,
          build_dir, keep):
     """Run the RTL transmit path on one RDMA WRITE and capture the frames."""
@@ -134,6 +162,7 @@ def _print_send(summary, kept=True):
 @click.option("--build-dir", type=OUT_DIR, default=None,
               help="Build and run directory (default: a temporary one, removed at the end).")
 @_KEEP
+@_SIMULATOR
 def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
     """Feed the frames of pcap file(s) into the RTL receive path and report what it did."""
     from rich.console import Console
@@ -145,7 +174,7 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
     kept = bool(build_dir or keep or waves)
     with _build_dir(build_dir, kept, "replay") as bdir:
         try:
-            with console.status("simulating the receive pipeline (Icarus)..."):
+            with console.status(f"simulating the receive pipeline ({_sim_name()})..."):
                 report = run_replay(config_path, pcaps, out=out, json_path=json_path, raw=raw,
                                     waves=waves, build_dir=bdir)
         except (ValueError, OSError) as exc:
@@ -186,6 +215,7 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
 @click.option("--build-dir", type=OUT_DIR, default=None,
               help="Build and run directory (default: a temporary one, removed at the end).")
 @_KEEP
+@_SIMULATOR
 @click.option("--serve", "serve_port", type=click.IntRange(0, 65535), default=None,
               help="Keep the NICs running (transfers repeated) and serve a NIC's CSR bank on "
                    "tcp:127.0.0.1:PORT for 'mrcnic fw --target tcp:...' (0: a free port).")
@@ -196,7 +226,7 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
               help="With --serve: which NIC's CSR bank to serve.")
 def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_port, serve_time_us,
         serve_nic):
-    """Run RTL NICs (cocotb + Icarus) across the fabric model on a scenario.
+    """Run RTL NICs (cocotb + Verilator or Icarus) across the fabric model on a scenario.
 
     Exit status 0 when every byte arrived intact, or when a served run (--serve) was
     stopped as asked (Ctrl-C, --serve-time, the stop file: "stopped" in the report);
@@ -275,6 +305,7 @@ _BENCH_DIR = click.option("--build-dir", type=OUT_DIR, default=None,
 @_BENCH_CLOCK
 @_BENCH_DIR
 @_KEEP
+@_SIMULATOR
 def bench_tx_cmd(json_path, packets, clock_mhz, build_dir, keep):
     """Transmit pipeline: beats and cycles per payload size, with and without SRH."""
     from .sim.bench import bench_tx
@@ -287,10 +318,67 @@ def bench_tx_cmd(json_path, packets, clock_mhz, build_dir, keep):
 @_BENCH_CLOCK
 @_BENCH_DIR
 @_KEEP
+@_SIMULATOR
 def bench_rx_cmd(json_path, packets, clock_mhz, build_dir, keep):
     """Receive pipeline: input beats and cycles per payload size (valid frames, one plane)."""
     from .sim.bench import bench_rx
     _run_bench("rx", "receive", bench_rx, packets, json_path, clock_mhz, build_dir, keep)
+
+
+@bench.command("sim")
+@_BENCH_JSON
+@click.option("--simulator", "simulators", type=click.Choice(SIMULATORS), multiple=True,
+              help="Measure only this simulator (repeatable; default: all).")
+@click.option("--scenario", default="default", show_default=True,
+              help="The mrcnic sim scenario to time.")
+@click.option("--clock-cycles", type=click.IntRange(1000), default=100_000, show_default=True,
+              help="Cycles of the clock-only run.")
+@click.option("--no-cold", is_flag=True, help="Skip the cold (uncached) build timing.")
+@_BENCH_DIR
+@_KEEP
+def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_dir, keep):
+    """Simulation speed: NIC clock cycles per wall second of the 2-NIC top with only a clock
+    and of 'mrcnic sim' (SCENARIO), under each simulator; cold and cached build times."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.bench import bench_sim
+    from .sim.scenarios import scenario_names
+
+    if scenario not in scenario_names():
+        _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
+    console = Console()
+    with _build_dir(build_dir, keep, "bench-sim") as bdir:
+        try:
+            with console.status("starting") as status:
+                res = bench_sim(simulators or None, scenario=scenario, clock_cycles=clock_cycles,
+                                cold=not no_cold, build_dir=bdir,
+                                progress=lambda text: status.update(text))
+        except (ValueError, RuntimeError, OSError, AssertionError) as exc:
+            raise RunFailed(f"{exc} (build directory: {bdir})") from None
+        table = Table(title=f"simulation speed: NIC clock cycles per wall second "
+                            f"(2 NICs, scenario {scenario})")
+        for col in ("simulator", "clock only", f"{scenario}", "harness", "sim wall s",
+                    "build cold s", "build cached s"):
+            table.add_column(col, justify="right")
+        for r in res["rows"]:
+            table.add_row(r["simulator"], f"{r['clock_cps']:,.0f}", f"{r['scenario_cps']:,.0f}",
+                          f"{r['harness']:.2f}", f"{r['sim_wall_s']:.1f}",
+                          "-" if r["build_cold_s"] is None else f"{r['build_cold_s']:.1f}",
+                          f"{r['build_cached_s']:.2f}")
+        console.print(table)
+        if res["verilator_over_icarus"]:
+            console.print(f"verilator / icarus ({scenario}): {res['verilator_over_icarus']:.1f}x")
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump(dict(res, bench="sim"), fh, indent=2)
+            click.echo(f"wrote {json_path}")
+        if build_dir or keep:
+            click.echo(f"build directory: {bdir}")
+        if not all(r["complete"] for r in res["rows"]):
+            raise RunFailed("a scenario run did not complete")
 
 
 def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, build_dir=None,
@@ -307,7 +395,7 @@ def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, bu
     console = Console()
     with _build_dir(build_dir, keep, f"bench-{name}") as bdir:
         try:
-            with console.status(f"simulating the {pipeline} pipeline (Icarus)..."):
+            with console.status(f"simulating the {pipeline} pipeline ({_sim_name()})..."):
                 rows = bench_fn(packets=packets, build_dir=bdir)
         except (ValueError, RuntimeError, OSError) as exc:
             raise RunFailed(f"{exc} (build directory: {bdir})") from None

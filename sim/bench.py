@@ -4,6 +4,8 @@ Performance is reported in beats and cycles, never in wall-clock time: the
 simulation counts every 64-bit beat accepted on the outputs and the clock
 cycles from the first beat to the last.  Efficiency = beats / cycles; 1.0
 means back-to-back frames with no idle cycle, SRv6/SRH insertion included.
+The exception is :func:`bench_sim`, which measures the simulator itself: NIC
+clock cycles per wall second.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import random
 import tempfile
 from pathlib import Path
 
-__all__ = ["PAYLOADS", "bench_tx", "bench_rx", "BENCH_CONFIG"]
+__all__ = ["PAYLOADS", "bench_tx", "bench_rx", "bench_sim", "BENCH_CONFIG"]
 
 PAYLOADS = (64, 256, 1024, 4096)   #: payload bytes per packet (4096 = the largest path MTU)
 
@@ -171,3 +173,71 @@ def bench_rx(packets: int = 48, payloads=PAYLOADS, build_dir=None) -> list[dict]
         rows.append(dict(payload=payload, srh=False, frames=packets, frame_bytes=size,
                          beats=beats, cycles=cycles, efficiency=round(beats / cycles, 4)))
     return rows
+
+
+def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int = 100_000,
+              cold: bool = True, build_dir=None, progress=None) -> dict:
+    """Simulation speed of the main job, in NIC clock cycles per wall second.
+
+    For each simulator (default: all of :data:`mrcnic.sim.simulators.SIMULATORS`), in one run:
+
+    * ``clock_cps``: the 2-NIC co-simulation top (:class:`~mrcnic.sim.cosim.CosimTop`,
+      the build ``scenario`` uses) with only its clock running, ``clock_cycles`` cycles
+      (:func:`~mrcnic.sim.cosim.run_clock_only`);
+    * ``scenario_cps``: ``mrcnic sim --scenario <scenario>`` itself (its report's
+      ``sim.cycles_per_s``, from reset release to the end), and its wall time ``sim_wall_s``;
+    * ``harness``: ``scenario_cps / clock_cps`` (1.0 = the harness costs nothing);
+    * ``build_cold_s``: compiling the simulation model from scratch (generated Verilog from
+      the cache, no compiled-model cache, no ccache; skipped with ``cold=False``), and
+      ``build_cached_s``: the same build found in the build cache.
+
+    Returns ``{scenario, clock_cycles, rows: [...], verilator_over_icarus}`` (the ratio of
+    ``scenario_cps``, when both ran).  ``progress(text)`` is called before each step.
+    Raises like :func:`mrcnic.sim.cosim.run_cosim`.
+    """
+    from .cosim import CosimTop, nic_verilog, run_clock_only, run_cosim
+    from .rtlsim import build_sim, write_verilog
+    from .scenarios import get_scenario
+    from .simulators import SIMULATORS, resolve, simulator_env
+
+    simulators = [resolve(s) for s in (simulators or SIMULATORS)]
+    for s in simulators:
+        simulator_env(s)                  # a missing tool: one line before any work
+    say = progress or (lambda text: None)
+    root = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-bench-sim-"))
+    sc = get_scenario(scenario)
+    ports, nics = sc["topology"]["planes"], len(sc["nics"])
+    rows = []
+    for sim in simulators:
+        d = root / sim
+        rep = None
+        say(f"{sim}: {scenario} scenario")
+        rep = run_cosim(scenario, simulator=sim, build_dir=d / "scenario")
+        paths = rep["sim"].get("paths", 128)
+        say(f"{sim}: clock only, {clock_cycles} cycles")
+        clk = run_clock_only(nics, ports=ports, paths=paths, cycles=clock_cycles, simulator=sim,
+                             build_dir=d / "clock")
+        top = CosimTop(nics, ports=ports, paths=paths)
+        srcs = [write_verilog(top, "mrcnic_cosim", d / "build"),
+                nic_verilog(ports=ports, paths=paths)]
+        cold_s = None
+        if cold:
+            say(f"{sim}: cold build")
+            _, cold_s, _ = build_sim(srcs, toplevel="mrcnic_cosim", build_dir=d / "cold",
+                                     simulator=sim, quiet=True, public_ports_only=True,
+                                     cache=False)
+        say(f"{sim}: cached build")
+        _, cached_s, hit = build_sim(srcs, toplevel="mrcnic_cosim", build_dir=d / "cached",
+                                     simulator=sim, quiet=True, public_ports_only=True)
+        rows.append(dict(
+            simulator=sim, clock_cycles=clk["cycles"], clock_cps=clk["cycles_per_s"],
+            scenario_cycles=rep["sim"]["cycles"], scenario_cps=rep["sim"]["cycles_per_s"],
+            harness=round(rep["sim"]["cycles_per_s"] / clk["cycles_per_s"], 3),
+            sim_wall_s=rep["sim"]["wall_s"], complete=rep["complete"],
+            build_cold_s=None if cold_s is None else round(cold_s, 1),
+            build_cached_s=round(cached_s, 2), cached=hit))
+    by = {r["simulator"]: r for r in rows}
+    ratio = (round(by["verilator"]["scenario_cps"] / by["icarus"]["scenario_cps"], 2)
+             if {"verilator", "icarus"} <= set(by) else None)
+    return dict(scenario=scenario, clock_cycles=clock_cycles, rows=rows,
+                verilator_over_icarus=ratio, build_dir=str(root))

@@ -36,7 +36,6 @@ about a minute, the two-to-four-NIC top instantiates the same module.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -54,7 +53,7 @@ from amaranth.lib.wiring import In
 
 from mrcnic.interrupt import sigterm_as_interrupt
 
-__all__ = ["CosimTop", "run_cosim", "nic_verilog", "NIC_MODULE", "NIC_GBPS", "CLK_NS",
+__all__ = ["CosimTop", "run_cosim", "run_clock_only", "nic_verilog", "NIC_MODULE", "NIC_GBPS", "CLK_NS",
            "ideal_times", "COSIM_QPS", "COSIM_PATHS"]
 
 NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached CsrNic
@@ -70,47 +69,17 @@ _ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AE
 # --------------------------------------------------------------------------
 # The simulation top
 # --------------------------------------------------------------------------
-def _source_hash(params: dict) -> str:
-    """Hash of what the NIC Verilog depends on: parameters, Amaranth version, the source of
-    every ``mrcnic.rtl`` module MRCNic imports, ``mrcnic/wire.py`` and ``sim/rtlsim.py``."""
-
-    import amaranth
-
-    import mrcnic.rtl.csr_nic  # noqa: F401 - loads the modules the NIC is built from
-
-    h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
-    h.update(amaranth.__version__.encode())
-    files = sorted({Path(mod.__file__) for name, mod in list(sys.modules.items())
-                    if name.startswith("mrcnic.rtl") and getattr(mod, "__file__", None)})
-    files += [REPO / "mrcnic" / "wire.py", REPO / "mrcnic" / "regmap.py",
-              REPO / "sim" / "rtlsim.py"]
-    for f in files:
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def nic_verilog(ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
-                cache_dir=None) -> Path:
-    """Verilog of ``CsrNic(ports, qps, paths)`` as module :data:`NIC_MODULE` (cached).
-
-    The cache key hashes the parameters, the Amaranth version and the sources of
-    ``rtl/``, ``mrcnic/wire.py`` and ``sim/rtlsim.py``; a stale file is never used.
-    """
+def nic_verilog(ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS) -> Path:
+    """Verilog of ``CsrNic(ports, qps, paths)`` as module :data:`NIC_MODULE`, from the build
+    cache (:func:`mrcnic.sim.rtlsim.cached_verilog`: keyed by the parameters, the Amaranth
+    and Yosys versions and every source the NIC is made of); converted on a miss."""
     from mrcnic.rtl.csr_nic import CsrNic
 
-    from .rtlsim import write_verilog
+    from .rtlsim import cached_verilog
 
-    cache = Path(cache_dir or os.environ.get("MRCNIC_CACHE")
-                 or Path.home() / ".cache" / "mrcnic")
-    key = _source_hash(dict(top="CsrNic", ports=ports, qps=qps, paths=paths))
-    path = cache / f"{NIC_MODULE}-{key}.v"
-    if path.exists():
-        return path
-    tmp = Path(tempfile.mkdtemp(prefix="nic-", dir=cache.parent if cache.exists() else None))
-    cache.mkdir(parents=True, exist_ok=True)
-    src = write_verilog(CsrNic(ports=ports, qps=qps, paths=paths), NIC_MODULE, tmp)
-    os.replace(src, path)       # atomic: concurrent runs never see half a file
+    nic = CsrNic(ports=ports, qps=qps, paths=paths)
+    path = cached_verilog(nic, NIC_MODULE, f"CsrNic-p{ports}-q{qps}-t{paths}")
+    nic._MustUse__silence = nic.core._MustUse__silence = True   # a cache hit never elaborates
     return path
 
 
@@ -281,13 +250,13 @@ def _transfers(sc: dict, cfgs: list) -> list[dict]:
 
 
 def _progress_loop(progress_file: Path, total: int | None, done: threading.Event, label: str,
-                   port_file: Path | None = None):
+                   port_file: Path | None = None, simulator: str = "verilator"):
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
-        task = bar.add_task(label, total=total, info="building (Verilog, Icarus)...")
+        task = bar.add_task(label, total=total, info=f"building (Verilog, {simulator}; cached)...")
         pos = 0
         while not done.is_set():
             time.sleep(0.5)
@@ -315,7 +284,7 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
               pcap=None, plot=None, waves: bool = False, build_dir=None,
               progress: bool = False, serve: int | None = None, serve_time_us: float | None = None,
-              serve_nic: int = 0) -> dict:
+              serve_nic: int = 0, simulator: str | None = None) -> dict:
     """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
 
     Parameters
@@ -341,6 +310,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         again each time they complete (``report["rounds"]``), until
         ``serve_time_us`` of simulated time, or until ``<build_dir>/serve.stop``
         exists (checked every 4096 cycles), or until the process is stopped.
+    simulator : str, optional
+        ``"verilator"`` or ``"icarus"`` (default ``$MRCNIC_SIM``, else Verilator); the
+        report is the same under both but for its wall-clock fields (``sim``).
 
     Raises
     ------
@@ -348,6 +320,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         Unknown scenario, bad size, a configuration error.
     AssertionError
         The simulation itself failed (see ``<build_dir>/sim/sim.log``).
+    mrcnic.sim.simulators.SimulatorMissing
+        The simulator, or a tool it needs (g++, make), is not installed.
     """
     from mrcnic.config import PMTUS
 
@@ -355,6 +329,10 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     from .rtlsim import run_rtl
     from .scenarios import get_scenario
 
+    from .simulators import resolve, simulator_env
+
+    simulator = resolve(simulator)
+    simulator_env(simulator)             # a missing tool: one clear error before any work
     if isinstance(scenario, str):
         sc = get_scenario(scenario, size=size, test=test)
     else:
@@ -406,8 +384,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
 
     def simulate():
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
-                build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
-                waves=waves, quiet=True, sources=[nic_v])
+                testcase="run_cosim_job", build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
+                waves=waves, quiet=True, sources=[nic_v], simulator=simulator,
+                public_ports_only=True)
 
     t0 = time.monotonic()
     if progress:
@@ -426,7 +405,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         try:
             with sigterm_as_interrupt():
                 _progress_loop(progress_file, total, done, f"mrcnic sim {sc['name']}",
-                               port_file if serve is not None else None)
+                               port_file if serve is not None else None, simulator)
         except KeyboardInterrupt:
             # Ctrl-C (it reached the simulator too) or SIGTERM (to this process only): the
             # stop file ends the run within 4096 clocks, the report is written as usual
@@ -453,6 +432,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         simulate()
     rep = json.loads(out_file.read_text())
     rep["sim"]["wall_s"] = round(time.monotonic() - t0, 2)
+    rep["sim"]["simulator"] = simulator
+    rep["sim"]["paths"] = paths
     rep["build_dir"] = str(build_dir)
     if waves:
         rep["waves"] = str(build_dir / "sim" / "mrcnic_cosim.fst")
@@ -465,12 +446,40 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     return rep
 
 
+def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
+                   cycles: int = 200_000, simulator: str | None = None, build_dir=None) -> dict:
+    """Simulate the co-simulation top (:class:`CosimTop`, the same build as :func:`run_cosim`
+    with these parameters) with only its clock running: every input held at 0 after reset,
+    no Python between the first and the last of ``cycles`` clocks.
+
+    Returns ``{cycles, wall_s, cycles_per_s, simulator}`` (wall seconds of the clocked part
+    only): the simulator's speed on this design, the bound a harness can approach.
+    Raises like :func:`run_cosim`.
+    """
+    from .rtlsim import run_rtl
+    from .simulators import resolve
+
+    simulator = resolve(simulator)
+    build_dir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-clock-"))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    out = build_dir / "clock.json"
+    top = CosimTop(nics, ports=ports, paths=paths)
+    nic_v = nic_verilog(ports=ports, paths=paths)
+    run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim", testcase="clock_only",
+            build_dir=build_dir / "sim", quiet=True, sources=[nic_v], simulator=simulator,
+            public_ports_only=True,
+            env={"cycles": cycles, "inputs": top.input_names(), "out": str(out)})
+    rep = json.loads(out.read_text())
+    rep["simulator"] = simulator
+    return rep
+
+
 # --------------------------------------------------------------------------
 # cocotb side
 # --------------------------------------------------------------------------
 try:
     import cocotb
-    from cocotb.triggers import ClockCycles, RisingEdge
+    from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
     from cocotb.utils import get_sim_time
 except ImportError:          # pragma: no cover - cocotb is a dependency
     cocotb = None
@@ -504,6 +513,51 @@ def _classify(f: bytes):
         sack_ev = int.from_bytes(f[b + 16:b + 20], "big")
         flags = f[b + 20]
     return op, ((sport & 0xFFF) << 20) | flow, dqpn, psn, tc & 3, tc >> 2, sack_ev, flags
+
+
+class _EdgeWaker:
+    """Wakes the co-simulation's main loop at the clock edges it must see, and only those.
+
+    :meth:`plan` names the next edge due (the first rising edge at or after a time, in ns);
+    :meth:`next_edge` sleeps until then in one ``Timer``, and wakes earlier, at the next
+    edge, when a watched port signal (a completion or EV event ``valid``) rises or
+    ``sent_event`` is set (a NIC sent a frame).  While a watched signal is high every edge
+    is seen, so back-to-back events are never missed.  What the loop reads at an edge is
+    what it read when it woke every clock; it only skips the edges where it did nothing.
+    """
+
+    def __init__(self, clk, watched, sent_event, every_cycle: bool = False):
+        self.watched, self.sent_event = watched, sent_event
+        self.edge = RisingEdge(clk)
+        self.rises = [RisingEdge(s) for s in watched]
+        self.every_cycle = every_cycle
+        self.target = None          # the next edge due (ns), or None: the next edge
+
+    def plan(self, now: float, due: float):
+        """The loop, at the edge at ``now`` (ns), next needs the first edge at or after
+        ``due`` (ns)."""
+        if self.every_cycle or any(int(s.value) for s in self.watched):
+            self.target = None
+            return
+        k = max(1, -(-(due - now) // CLK_NS))
+        while k > 1 and now + (k - 1) * CLK_NS >= due:      # float rounding: the first edge
+            k -= 1
+        while now + k * CLK_NS < due:
+            k += 1
+        self.target = now + k * CLK_NS
+
+    async def next_edge(self) -> float:
+        """Sleep to the planned edge, or to the edge after a wake-up (see the class);
+        return the edge's time (ns)."""
+        target, self.target = self.target, None
+        if target is not None:
+            gap = target - get_sim_time(unit="ns")
+            if gap > CLK_NS:
+                self.sent_event.clear()
+                await First(Timer(gap - CLK_NS / 2, unit="ns"), self.sent_event.wait(),
+                            *self.rises)
+        await self.edge
+        return get_sim_time(unit="ns")
 
 
 class _Nic:
@@ -792,6 +846,8 @@ if cocotb is not None:
         obs = _Observer(tables[0].trim_dscp)
         clk_edge = RisingEdge(dut.clk)
 
+        sent_event = Event()        # a NIC sent a frame: the fabric's next event may be sooner
+
         async def pump(nic, plane):
             sink = nic.sinks[plane]
             host, k = nic.host, nic.k
@@ -800,6 +856,7 @@ if cocotb is not None:
                 now = get_sim_time(unit="ns")
                 obs.sent(k, plane, frame, now)
                 fabric.send(host, plane, frame, now)
+                sent_event.set()
 
         for n in nics:
             for p in range(ports):
@@ -845,9 +902,20 @@ if cocotb is not None:
         prog = open(job["progress"], "a")
         wall0 = time.monotonic()
         cycles = 0
+        # Python wakes only at the clock edges where something happens (see _EdgeWaker):
+        # a fabric event or background frame due, a frame sent by a NIC, a completion or EV
+        # event on a NIC's ports, every 256th cycle (cwnd samples, progress, stall check),
+        # the end of the run.  A served run is polled every clock (its CSR bridge), and so
+        # is every run with MRCNIC_COSIM_POLL=1 (to check that both give the same result).
+        watched = [nics[k].cpl_valid for k in receivers] + \
+            [n.sig(name) for n in nics for name in ("send_cpl__valid", "ev_tap_valid")]
+        waker = _EdgeWaker(dut.clk, watched, sent_event,
+                           every_cycle=bool(serve) or os.environ.get("MRCNIC_COSIM_POLL") == "1")
         while True:
-            await clk_edge
-            now = get_sim_time(unit="ns")
+            now = await waker.next_edge()
+            if not cycles:
+                first_edge = now
+            cycles = int(round((now - first_edge) / CLK_NS)) + 1
             nxt = fabric.next_event_ns()
             if nxt is not None and nxt <= now:
                 for d in fabric.advance(now):
@@ -876,7 +944,6 @@ if cocotb is not None:
                     events.append(dict(nic=n.k, t_ns=now, index=int(e["index"]),
                                        ev=int(e["ev"]), state=_name(e["state"]),
                                        reason=_name(e["reason"]), rtt_ns=int(e["rtt_ns"])))
-            cycles += 1
             if cycles & 255 == 0:
                 for n in nics:
                     cwnd.append(dict(nic=n.k, t_ns=now, cwnd=int(n.sig("cwnd").value)
@@ -913,6 +980,15 @@ if cocotb is not None:
                     and fabric.next_event_ns() is None and now - max(obs.last_ns, t0) > stall_ns:
                 stalled = True          # nothing sent or in flight for stall_ns: give up
                 break
+            # the next edge Python must see (the waker also wakes on frames and port events)
+            due = [limit, first_edge + (((cycles >> 8) + 1) << 8) * CLK_NS - CLK_NS]
+            nxt = fabric.next_event_ns()
+            if nxt is not None:
+                due.append(nxt)
+            due += [flow[0] for flow in bg if flow[0] < flow[2]]
+            if done_at is not None:
+                due.append(done_at + sc["linger_ns"])
+            waker.plan(now, min(due))
         wall = time.monotonic() - wall0
         prog.write(json.dumps(dict(
             t_ns=get_sim_time(unit="ns"), cycles=cycles, cpl=len(completions),
@@ -994,6 +1070,24 @@ if cocotb is not None:
             rep["pcap"] = job["pcap"]
             rep["pcap_frames"] = fabric.write_pcap(job["pcap"])
         Path(tb_param("out")).write_text(json.dumps(rep, default=str))
+
+
+if cocotb is not None:
+    @cocotb.test()
+    async def clock_only(dut):
+        """Reset, then ``MRCNIC_CYCLES`` clocks with nothing else running; write the wall time."""
+        from cocotb.triggers import Timer
+
+        from .rtlsim import tb_param
+        from .tb import start
+
+        cycles = tb_param("cycles")
+        await start(dut, tb_param("inputs"))
+        wall0 = time.monotonic()
+        await Timer(cycles * CLK_NS, unit="ns")
+        wall = time.monotonic() - wall0
+        Path(tb_param("out")).write_text(json.dumps(dict(
+            cycles=cycles, wall_s=round(wall, 3), cycles_per_s=round(cycles / max(wall, 1e-9), 1))))
 
 
 def _name(v):

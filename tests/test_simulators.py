@@ -1,0 +1,84 @@
+"""Both simulators, one build cache (issue "Fast simulation").
+
+* ``mrcnic sim``'s default scenario gives the same report (every field but the
+  wall-clock ones) and a byte-identical pcap under Verilator and Icarus.
+* The build-cache key covers every source the Verilog is made from.
+* A missing simulator or compiler is one line on stderr, not a traceback.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mrcnic.sim import rtlsim
+from mrcnic.sim.cosim import run_cosim
+from mrcnic.sim.simulators import SimulatorMissing, resolve, simulator_env
+
+#: report fields that measure the host, not the simulated NICs
+WALL_CLOCK = {"cocotb_wall_s", "cycles_per_s", "wall_s", "simulator"}
+
+
+def _comparable(rep: dict) -> dict:
+    out = {k: v for k, v in rep.items() if k not in ("build_dir", "pcap")}
+    out["sim"] = {k: v for k, v in rep["sim"].items() if k not in WALL_CLOCK}
+    return out
+
+
+@pytest.mark.slow
+def test_default_scenario_identical_under_both_simulators(tmp_path):
+    reps, pcaps = {}, {}
+    for sim in ("verilator", "icarus"):
+        pcaps[sim] = tmp_path / f"{sim}.pcap"
+        reps[sim] = run_cosim("default", test=True, simulator=sim, pcap=pcaps[sim],
+                              build_dir=tmp_path / sim)
+        assert reps[sim]["sim"]["simulator"] == sim
+        assert reps[sim]["complete"] and reps[sim]["bytes_mismatched"] == 0
+    a, b = _comparable(reps["verilator"]), _comparable(reps["icarus"])
+    assert a.keys() == b.keys()
+    assert [k for k in a if a[k] != b[k]] == []
+    assert pcaps["verilator"].read_bytes() == pcaps["icarus"].read_bytes()
+
+
+def test_build_key_covers_the_sources(tmp_path):
+    import mrcnic.config
+    import mrcnic.regmap
+    import mrcnic.wire
+
+    files = rtlsim.rtl_files()
+    for mod in (mrcnic.wire, mrcnic.regmap, mrcnic.config, rtlsim):
+        assert os.path.realpath(mod.__file__) in {str(f) for f in files}
+    assert any(f.parent.name == "rtl" and f.name == "nic.py" for f in files)
+    f = tmp_path / "wire.py"
+    f.write_text("A = 1\n")
+    k1 = rtlsim.build_key("verilog", "x", files=[f])
+    assert rtlsim.build_key("verilog", "x", files=[f]) == k1
+    f.write_text("A = 2\n")
+    assert rtlsim.build_key("verilog", "x", files=[f]) != k1
+    assert rtlsim.build_key("verilog", "y", files=[f]) != rtlsim.build_key("verilog", "x",
+                                                                               files=[f])
+
+
+def test_simulator_choice(monkeypatch):
+    monkeypatch.delenv("MRCNIC_SIM", raising=False)
+    assert resolve() == "verilator"
+    monkeypatch.setenv("MRCNIC_SIM", "icarus")
+    assert resolve() == "icarus"
+    assert resolve("verilator") == "verilator"
+    with pytest.raises(ValueError):
+        resolve("modelsim")
+
+
+def test_missing_compiler_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))          # no g++, no make, no iverilog
+    with pytest.raises(SimulatorMissing, match="g\\+\\+ not found"):
+        simulator_env("verilator")
+    with pytest.raises(SimulatorMissing, match="iverilog not found"):
+        simulator_env("icarus")
+    proc = subprocess.run([sys.executable, "-m", "mrcnic.cli", "sim", "--simulator", "verilator"],
+                          capture_output=True, text=True, env=dict(os.environ, PATH=str(tmp_path)),
+                          timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "g++ not found" in lines[0], proc.stderr
