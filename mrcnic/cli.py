@@ -331,8 +331,8 @@ def bench_rx_cmd(json_path, packets, clock_mhz, build_dir, keep):
               help="Measure only this simulator (repeatable; default: all).")
 @click.option("--scenario", default="default", show_default=True,
               help="The mrcnic sim scenario to time.")
-@click.option("--clock-cycles", type=click.IntRange(1000), default=100_000, show_default=True,
-              help="Cycles of the clock-only run.")
+@click.option("--clock-cycles", type=click.IntRange(1000), default=None,
+              help="Cycles of the clock-only run (default: 200000 on Verilator, 5000 on Icarus).")
 @click.option("--no-cold", is_flag=True, help="Skip the cold (uncached) build timing.")
 @_BENCH_DIR
 @_KEEP
@@ -371,6 +371,8 @@ def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_
         console.print(table)
         if res["verilator_over_icarus"]:
             console.print(f"verilator / icarus ({scenario}): {res['verilator_over_icarus']:.1f}x")
+        if res.get("commit"):
+            console.print(f"sources: {res['commit']}")
         if json_path:
             with open(json_path, "w") as fh:
                 json.dump(dict(res, bench="sim"), fh, indent=2)

@@ -14,7 +14,7 @@ import random
 import tempfile
 from pathlib import Path
 
-__all__ = ["PAYLOADS", "bench_tx", "bench_rx", "bench_sim", "BENCH_CONFIG"]
+__all__ = ["PAYLOADS", "bench_tx", "bench_rx", "bench_sim", "BENCH_CONFIG", "CLOCK_CYCLES"]
 
 PAYLOADS = (64, 256, 1024, 4096)   #: payload bytes per packet (4096 = the largest path MTU)
 
@@ -175,7 +175,11 @@ def bench_rx(packets: int = 48, payloads=PAYLOADS, build_dir=None) -> list[dict]
     return rows
 
 
-def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int = 100_000,
+#: clock-only cycles per simulator (about 10 s each on a 2-core machine)
+CLOCK_CYCLES = {"verilator": 200_000, "icarus": 5_000}
+
+
+def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int | None = None,
               cold: bool = True, build_dir=None, progress=None) -> dict:
     """Simulation speed of the main job, in NIC clock cycles per wall second.
 
@@ -183,7 +187,7 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int =
 
     * ``clock_cps``: the 2-NIC co-simulation top (:class:`~mrcnic.sim.cosim.CosimTop`,
       the build ``scenario`` uses) with only its clock running, ``clock_cycles`` cycles
-      (:func:`~mrcnic.sim.cosim.run_clock_only`);
+      (default :data:`CLOCK_CYCLES` of the simulator; :func:`~mrcnic.sim.cosim.run_clock_only`);
     * ``scenario_cps``: ``mrcnic sim --scenario <scenario>`` itself (its report's
       ``sim.cycles_per_s``, from reset release to the end), and its wall time ``sim_wall_s``;
     * ``harness``: ``scenario_cps / clock_cps`` (1.0 = the harness costs nothing);
@@ -191,8 +195,8 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int =
       the cache, no compiled-model cache, no ccache; skipped with ``cold=False``), and
       ``build_cached_s``: the same build found in the build cache.
 
-    Returns ``{scenario, clock_cycles, rows: [...], verilator_over_icarus}`` (the ratio of
-    ``scenario_cps``, when both ran).  ``progress(text)`` is called before each step.
+    Returns ``{scenario, rows: [...], verilator_over_icarus, commit}`` (the ratio of
+    ``scenario_cps``, when both ran; the git commit of the sources, when in a checkout).  ``progress(text)`` is called before each step.
     Raises like :func:`mrcnic.sim.cosim.run_cosim`.
     """
     from .cosim import CosimTop, nic_verilog, run_clock_only, run_cosim
@@ -214,8 +218,9 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int =
         say(f"{sim}: {scenario} scenario")
         rep = run_cosim(scenario, simulator=sim, build_dir=d / "scenario")
         paths = rep["sim"].get("paths", 128)
-        say(f"{sim}: clock only, {clock_cycles} cycles")
-        clk = run_clock_only(nics, ports=ports, paths=paths, cycles=clock_cycles, simulator=sim,
+        n = clock_cycles or CLOCK_CYCLES[sim]
+        say(f"{sim}: clock only, {n} cycles")
+        clk = run_clock_only(nics, ports=ports, paths=paths, cycles=n, simulator=sim,
                              build_dir=d / "clock")
         top = CosimTop(nics, ports=ports, paths=paths)
         srcs = [write_verilog(top, "mrcnic_cosim", d / "build"),
@@ -239,5 +244,17 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int =
     by = {r["simulator"]: r for r in rows}
     ratio = (round(by["verilator"]["scenario_cps"] / by["icarus"]["scenario_cps"], 2)
              if {"verilator", "icarus"} <= set(by) else None)
-    return dict(scenario=scenario, clock_cycles=clock_cycles, rows=rows,
-                verilator_over_icarus=ratio, build_dir=str(root))
+    return dict(scenario=scenario, rows=rows, verilator_over_icarus=ratio,
+                commit=_git_commit(), build_dir=str(root))
+
+
+def _git_commit() -> str | None:
+    """``git describe --always --dirty`` of the sources, or None outside a checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None

@@ -565,10 +565,12 @@ class _Nic:
 
     def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int):
         from cocotbext.axi import (AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus,
-                                   AxiStreamSink, AxiStreamSource)
+                                   AxiStreamSource)
 
         from mrcnic.fw.client import AsyncCsrClient
         from mrcnic.fw.transport import AxiLiteTransport
+
+        from .fastaxis import AxiStreamSinkFast
 
         self.dut, self.k, self.host, self.ports = dut, k, host, ports
         self.cfg, self.tables = cfg, tables
@@ -578,9 +580,9 @@ class _Nic:
         self.sources = [AxiStreamSource(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
                                                                  bus_separator="__"),
                                         dut.clk, dut.rst) for i in range(ports)]
-        self.sinks = [AxiStreamSink(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
-                                                             bus_separator="__"),
-                                    dut.clk, dut.rst) for i in range(ports)]
+        self.sinks = [AxiStreamSinkFast(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
+                                                                 bus_separator="__"),
+                                        dut.clk, dut.rst) for i in range(ports)]
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{k}_s_axil", bus_separator="__"),
                                   dut.clk, dut.rst)
         self.csr = AsyncCsrClient(AxiLiteTransport(self.axil))
