@@ -56,8 +56,8 @@ import copy
 
 from mrcnic.sim.topology import ClosTopology
 
-__all__ = ["SCENARIOS", "get_scenario", "make_configs", "scenario_names", "MAX_SIZE",
-           "REGION_VA", "REGION_BASE", "SRC_BASE"]
+__all__ = ["SCENARIOS", "get_scenario", "make_configs", "scenario_names", "fabric_defaults",
+           "MAX_SIZE", "REGION_VA", "REGION_BASE", "SRC_BASE"]
 
 _FABRIC = dict(rate_gbps=10.0, latency_ns=200.0, host_rate_gbps=10.0, host_latency_ns=100.0,
                switch_latency_ns=0.0, queue_bytes=256 * 1024, ecn_threshold_bytes=64 * 1024,
@@ -127,7 +127,10 @@ SCENARIOS: dict[str, dict] = {
         # above queueing delay + RTT, so only trims (NACKs) can trigger retransmissions.
         fabric=dict(_FABRIC, host_rate_gbps=2.0, queue_bytes=8 * 1024,
                     ecn_threshold_bytes=6 * 1024, trim_queue_bytes=8 * 1024),
-        reliability=dict(ack_timeout_exp=6),
+        # RTO, probe interval and NSCC window from the fabric (fabric_defaults): a packet can
+        # queue ~46 us (8 KiB at each hop, 33 us of it at the 2 Gb/s last hop) before it is
+        # trimmed, so the ACK timeout is 1.024 us x 2^7 = 131 us, and each sender starts at
+        # one BDP of its own rate instead of 256 KiB.
         nics=[0, 1, 3, 4],
         configs=None,
         evs=32,
@@ -252,3 +255,60 @@ def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs
                       f'ev_profile = "{prof}"'] + (['cc_profile = "scenario"'] if cc else []) + [""]
         out.append("\n".join(lines))
     return out
+
+
+# --------------------------------------------------------------------------
+# Transport defaults derived from the fabric (generated configurations)
+# --------------------------------------------------------------------------
+def _path_hops(fab: dict) -> list[tuple[float, int]]:
+    """(rate Gb/s, data-queue bytes) of the switch egress ports a data packet crosses:
+    leaf -> spine, spine -> leaf, leaf -> host."""
+    host_rate = fab.get("host_rate_gbps") or fab["rate_gbps"]
+    q = fab.get("queue_bytes") or 0
+    return [(fab["rate_gbps"], q), (fab["rate_gbps"], q), (host_rate, q)]
+
+
+def fabric_defaults(sc: dict, base_rtt_ns: float, sender_gbps: float, pmtu: int) -> dict:
+    """Sender-reliability and NSCC settings that suit a scenario's fabric (its ``reliability``
+    and ``cc`` keys win over them).
+
+    The rule (docs/scenarios.md, "Transport defaults"): congestion must not look like failure.
+    With trimming, a packet is either delivered, trimmed (the receiver NACKs it at once) or
+    lost to a failure; a delivered packet waits at most ``queue_bytes * 8 / rate`` at each of
+    the three switch egress ports on its path (leaf up, spine down, leaf to host), so
+
+    * ``qdelay_max_ns`` = the sum of those three, ``rtt_max_ns`` = ``base_rtt_ns`` + it;
+    * ACK timeout ``1.024 us x 2^t`` with the smallest ``t`` for which it is at least
+      ``2 x rtt_max_ns`` (the 2x covers ACK coalescing, the receiver's NACK queue and the
+      sender's own queue of pending packets ahead of a retransmission);
+    * probe interval = the ACK timeout (in 8 ns cycles): a path is probed about once per RTO;
+    * NSCC ``base_rtt_ns`` = the fabric's base RTT (rounded up to 100 ns),
+      ``target_delay_ns`` = half of it (at least 1 us), ``initial_cwnd_bytes`` = one BDP
+      of the sender's full rate over that RTT, ``max_cwnd_bytes`` = two BDPs,
+      ``min_cwnd_bytes`` = one packet (``pmtu``): a sender starts at the rate the fabric
+      can carry instead of flooding the last hop with a 256 KiB window, and many senders
+      into one receiver can each fall to less than 4 KiB of window.
+
+    Parameters: ``sc`` a resolved scenario (``fabric`` in Gb/s, ns, bytes); ``base_rtt_ns``
+    and ``sender_gbps`` as :func:`mrcnic.sim.cosim.ideal_times` computes them; ``pmtu`` bytes.
+    Returns ``{"reliability": {...}, "cc": {...}, "rtt_max_ns": float}``; the fabric with no
+    queue limit (``queue_bytes`` None) counts one default 256 KiB queue per hop.
+    """
+    import math
+
+    fab = dict(sc["fabric"])
+    if fab.get("queue_bytes") is None:
+        fab["queue_bytes"] = 256 * 1024
+    qdelay = sum(q * 8 / rate for rate, q in _path_hops(fab))
+    rtt_max = base_rtt_ns + qdelay
+    exp = max(0, math.ceil(math.log2(2 * rtt_max / 1024)))
+    rto_ns = 1024 * (1 << exp)
+    base = int(math.ceil(base_rtt_ns / 100) * 100)
+    bdp = int(math.ceil(sender_gbps * base / 8 / 1024)) * 1024
+    return {
+        "reliability": dict(ack_timeout_exp=exp, probe_interval=max(2000, rto_ns // 8)),
+        "cc": dict(base_rtt_ns=base, target_delay_ns=max(1000, base // 2),
+                   initial_cwnd_bytes=max(pmtu, bdp), max_cwnd_bytes=max(2 * pmtu, 2 * bdp),
+                   min_cwnd_bytes=pmtu),
+        "rtt_max_ns": rtt_max,
+    }
