@@ -13,8 +13,8 @@ import tempfile
 import click
 
 from . import __version__
-from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, OUT_DIR, OUT_FILE, SIZE, InputError,
-                     MrcnicGroup, RunFailed)
+from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE, OUT_DIR, OUT_FILE, SIZE,
+                     InputError, MrcnicGroup, RunFailed)
 from .fw.cli import INT
 from .interrupt import sigterm_as_interrupt
 from .sim.simulators import SIMULATORS
@@ -80,7 +80,7 @@ def _build_dir(build_dir, keep: bool, name: str):
         yield tmp
     except (SystemExit, click.ClickException) as exc:
         code = exc.code if isinstance(exc, SystemExit) else exc.exit_code
-        failed = code not in (0, None, EXIT_INTERRUPTED)
+        failed = code not in (0, None, EXIT_USAGE, EXIT_INTERRUPTED)    # a failed run
         raise
     except KeyboardInterrupt:
         raise

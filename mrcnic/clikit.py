@@ -64,6 +64,7 @@ class MrcnicGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):
         """Run the command line; exit with the documented code (see the module docstring)."""
+        prog_name = "mrcnic"       # also under ``python -m mrcnic.cli`` and click.testing
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:           # --help, --version, ctx.exit()

@@ -219,7 +219,7 @@ def test_sigterm_stops_the_simulator(tmp_path):
         err = proc.communicate(timeout=300)[1]
     finally:
         proc.kill()
-    assert proc.returncode == 1, err                  # incomplete: reported, non-zero exit
+    assert proc.returncode == 130, err                # interrupted: reported, exit 130
     assert "interrupted (Ctrl-C or SIGTERM)" in err
     rep = json.loads(out.read_text())
     assert rep["interrupted"] and not rep["complete"]
