@@ -2,7 +2,7 @@
 
 Sub-commands are thin: each parses its options and calls into the package
 (``mrcnic.sim``, ``mrcnic.fw``, ``mrcnic.boards``) where the work is done and
-tested.  Contract: ../shared/DESIGN.md "Command line".
+tested.  Contract: docs/architecture.md "Command-line contract".
 """
 
 import contextlib

@@ -1,7 +1,7 @@
 """Reports of ``mrcnic sim``: the JSON file, a per-plane throughput plot, a console summary.
 
 The report is the dict :func:`mrcnic.sim.cosim.run_cosim` returns.  Contract
-fields (../shared/DESIGN.md "Command line"): ``scenario, planes, evs,
+fields (docs/architecture.md "Command-line contract"): ``scenario, planes, evs,
 bytes_posted, bytes_delivered, bytes_mismatched, packets_sent, retransmissions,
 trimmed, ecn_marked, evs_assumed_bad, ev_events, completion_ns, ideal_ns,
 per_plane_bytes, failures``; further fields: ``per_ev`` (per-EV counters),

@@ -1,5 +1,5 @@
-"""``mrcnic bench tx|rx``: the datapaths run at one beat per clock (DESIGN.md "Performance
-targets": zero idle cycles between back-to-back frames of any size, SRH included).
+"""``mrcnic bench tx|rx``: the datapaths run at one beat per clock (the performance
+target, README "Transmit throughput": zero idle cycles between back-to-back frames of any size, SRH included).
 
 Cycle counts from the cycle-accurate benches (not wall-clock time): every row must reach
 beats == cycles.  The README's throughput tables are these rows.
