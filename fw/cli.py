@@ -25,6 +25,7 @@ Operations that read many table entries (``ev list``, ``ev deny/allow/...`` with
 multi-word read each where the transport has one (``read_burst``).
 """
 
+import errno
 import ipaddress
 import json
 import sys
@@ -946,13 +947,34 @@ def wr_post(obj, qp, size, imm, local_addr, src_file, pattern, no_fill, save, va
 @click.option("--count", type=int, default=1, show_default=True)
 @click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
               help="Wall-clock seconds (a simulation needs minutes for 64 KiB).")
+@click.option("--imm", type=INT, default=None,
+              help="Wait for a Write-with-Immediate completion with this value (other "
+                   "completions are popped and listed as skipped).")
 @click.pass_obj
 @_mrc_guard
-def wr_wait(obj, cq, count, wait_s):
+def wr_wait(obj, cq, count, wait_s, imm):
     """Wait for completions (mrc_poll_cq) and print them."""
-    wcs = _app(obj).wait_cq(cq, count, wait_s)
+    from .mrc_ctl import MrcCtlError
+    app = _app(obj)
+    if imm is None:
+        wcs, skipped = app.wait_cq(cq, count, wait_s), []
+    else:
+        wcs, skipped = [], []
+        deadline = time.monotonic() + wait_s
+        while len(wcs) < count:
+            for w in app.mrc_poll_cq(cq, 16):
+                (wcs if w.wc_flags and w.imm_data == imm else skipped).append(w)
+            if len(wcs) >= count:
+                break
+            if time.monotonic() >= deadline:
+                raise MrcCtlError(errno.ETIMEDOUT, f"{len(wcs)} of {count} completions with imm {imm:#x} "
+                                       f"within {wait_s} s ({len(skipped)} others popped)")
+            time.sleep(0.05)
     out = [dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn, imm=w.imm_data if w.wc_flags else None)
            for w in wcs]
+    if skipped and obj.as_json:
+        out = out + [dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn, skipped=True,
+                          imm=w.imm_data if w.wc_flags else None) for w in skipped]
     obj.emit(out, lambda: _table(f"{len(out)} {cq} completions", ("qp", "opcode", "psn", "imm"),
                                  [(r["qp"], r["opcode"], r["psn"], "" if r["imm"] is None
                                    else f"{r['imm']:#x}") for r in out]))
@@ -1022,3 +1044,39 @@ def mem_fill(obj, addr, length, pattern, src_file):
     _app(obj).mem.write(addr, data)
     obj.emit(dict(addr=addr, length=length), lambda: _table("host memory written", ("field", "value"),
                                                             [("addr", f"{addr:#x}"), ("length", length)]))
+
+
+@ctl.command("load")
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--profile", "names", multiple=True, help="Only this EV profile (repeatable).")
+@click.pass_obj
+@_mrc_guard
+def ctl_load(obj, config_file, names):
+    """Create CONFIG_FILE's EV profiles in the NIC through mrc_ctl.h calls, bring them
+    ONLINE and read them back (QUERY_EV_ARRAY): exit 1 unless the EVs are the file's."""
+    from ..config import load_config
+    from .mrc_ctl import MrcCtlEvOp, MrcCtlEvOpArgs, MrcCtlEvProfileAttr, load_config_profiles
+    from .mrc_ctl import MrcCtlEvProfileAttrMask as M
+    cfg = load_config(config_file)
+    for n in names:
+        if n not in cfg.ev_profiles:
+            raise FwError(f"{config_file} has no EV profile {n!r} ({', '.join(cfg.ev_profiles)})")
+    c = _ctl(obj)
+    ids = load_config_profiles(c, cfg, list(names) or None)
+    out = {}
+    for name, pid in ids.items():
+        q = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_ARRAY,
+                                                     entry_count=c.ev_profiles[pid].size))
+        c.mrc_ctl_query_ev_profile(pid, q, M.MRC_CTL_EV_PROFILE_EV_OP)
+        got = [(e.ev.val, e.ev.port) for e in q.ev_op.entries[:q.ev_op.entry_count]]
+        want = [(e.ev, e.port + 1) for e in cfg.ev_profiles[name].entries]
+        out[name] = dict(ev_profile_id=pid, base=c.ev_profiles[pid].base, ev_count=len(got),
+                         mode=c.ev_profiles[pid].ev_mode.name, same_evs=got == want)
+    obj.emit(out, lambda: _table(f"EV profiles of {config_file} created (mrc_ctl.h)",
+                                 ("profile", "id", "mode", "base", "count", "read back"),
+                                 [(n, r["ev_profile_id"], r["mode"], r["base"], r["ev_count"],
+                                   "same EVs" if r["same_evs"] else "DIFFERENT")
+                                  for n, r in out.items()]))
+    bad = [n for n, r in out.items() if not r["same_evs"]]
+    if bad:
+        raise FwError(f"read back differs from {config_file}: {', '.join(bad)}")

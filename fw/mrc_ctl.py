@@ -54,7 +54,7 @@ __all__ = [
     "MrcCtlEv", "MrcCtlEvField", "MrcCtlEvFmtField", "MrcCtlEvOpEntry", "MrcCtlDeviceAttr",
     "MrcCtlDeviceEvAttr", "MrcCtlDeviceCcAttr", "MrcCtlPortAttr", "MrcCtlEvFmtProfileAttr",
     "MrcCtlEvProfileAttr", "MrcCtlCcProfileAttr", "MrcCtlCcNsccCfg", "MrcCtlEvEvent",
-    "MrcCtlEpReq", "MrcCtlEpRsp", "MRC_CTL_EV_UNPOPULATED", "NSCC_ALGORITHM",
+    "MrcCtlEpReq", "MrcCtlEpRsp", "MRC_CTL_EV_UNPOPULATED", "NSCC_ALGORITHM", "load_config_profiles",
 ]
 
 #: ``device_attr.cc.algorithms``: the one algorithm mrcnic implements.
@@ -429,7 +429,25 @@ class _EvProfile:
     ev_event_mask: int = int(MrcCtlEvState.MRC_CTL_EV_GOOD | MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD)
     fields: list | None = None
     base: int | None = None
-    entries: list = field(default_factory=list)       # _Entry (None = unpopulated)
+    _entries: list = field(default_factory=list)      # _Entry (None = unpopulated)
+    _count: int = 0
+    loader: Callable | None = None                    # reads the entries when first needed
+
+    @property
+    def entries(self) -> list:
+        if self.loader is not None:
+            loader, self.loader = self.loader, None
+            self._entries = loader()
+        return self._entries
+
+    @entries.setter
+    def entries(self, value):
+        self._entries, self.loader = value, None
+
+    @property
+    def size(self) -> int:
+        """Entries in the profile's range (without reading them)."""
+        return self._count if self.loader is not None else len(self._entries)
 
 
 @dataclass
@@ -551,8 +569,9 @@ class MrcCtlContext:
                                                                              else 14])
         for pid, (rng, qps) in enumerate(sorted(ranges.items()), start=1):
             base, count = rng
-            prof = _EvProfile(ONLINE, MrcCtlEvMode.MRC_CTL_EV_MODE_EXP, None, count, 1,
-                              base=base, entries=[self._read_entry(base + i) for i in range(count)])
+            prof = _EvProfile(ONLINE, MrcCtlEvMode.MRC_CTL_EV_MODE_EXP, None, count, 1, base=base,
+                              _count=count, loader=lambda b=base, n=count: [
+                                  self._read_entry(b + i) for i in range(n)])
             rel = self.client.read_table("rel", qps[0])
             prof.ev_min_active = rel["ev_min_active"]
             name = names.get(rng)
@@ -582,7 +601,7 @@ class MrcCtlContext:
     def profile_of_index(self, index: int):
         """(profile id, position) of path-table entry ``index``; (None, None) if none."""
         for pid, p in self.ev_profiles.items():
-            if p.base is not None and p.base <= index < p.base + len(p.entries):
+            if p.base is not None and p.base <= index < p.base + p.size:
                 return pid, index - p.base
         return None, None
 
@@ -607,7 +626,7 @@ class MrcCtlContext:
         fmt_mask = (MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_SRV6 if modes["srv6"] else 0) \
             | (MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_STEV if modes["stev"] else 0) \
             | (MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_UDP if modes["udp"] else 0)
-        used = sum(len(p.entries) for p in self.ev_profiles.values() if p.base is not None)
+        used = sum(p.size for p in self.ev_profiles.values() if p.base is not None)
         O = MrcCtlAttrOpt
         return MrcCtlDeviceAttr(
             mrc_ctl_protocol_version=1,
@@ -724,7 +743,7 @@ class MrcCtlContext:
 
     # ---- EV profiles -------------------------------------------------------------------
     def _free_range(self, count: int) -> int:
-        used = sorted((p.base, p.base + len(p.entries)) for p in self.ev_profiles.values()
+        used = sorted((p.base, p.base + p.size) for p in self.ev_profiles.values()
                       if p.base is not None)
         start = 0
         for lo, hi in used:
@@ -1026,7 +1045,7 @@ class MrcCtlContext:
         if mask & EPM.MRC_CTL_EV_PROFILE_FMT_ID:
             attr.ev_fmt_profile_id = prof.fmt_id or 0
         if mask & EPM.MRC_CTL_EV_PROFILE_COUNT:
-            attr.ev_count = len(prof.entries) if prof.entries else (prof.ev_count or 0)
+            attr.ev_count = prof.size or (prof.ev_count or 0)
         if mask & EPM.MRC_CTL_EV_PROFILE_MIN_ACTIVE:
             attr.ev_min_active = prof.ev_min_active
         if mask & EPM.MRC_CTL_EV_PROFILE_EVENT_MASK:
@@ -1113,8 +1132,8 @@ class MrcCtlContext:
                     _fail(_errno.EINVAL, f"EV profile {ev_profile_id} is not ONLINE")
                 ctx = self.client.read_table("txqp", qp)
                 rel = self.client.read_table("rel", qp)
-                ctx.update(profile_base=prof.base, profile_count=len(prof.entries))
-                rel.update(profile_base=prof.base, profile_count=len(prof.entries),
+                ctx.update(profile_base=prof.base, profile_count=prof.size)
+                rel.update(profile_base=prof.base, profile_count=prof.size,
                            ev_min_active=prof.ev_min_active)
                 self.client.write_table("txqp", qp, ctx)
                 self.client.write_table("rel", qp, rel)
@@ -1209,3 +1228,68 @@ class MrcCtlContext:
             if rid is not None:
                 out.append(MrcCtlEpRsp(rid, port_of[rep.index], rep.rtt_ns, 0))
         return out
+
+
+def load_config_profiles(ctx: MrcCtlContext, cfg, names=None) -> dict:
+    """Create the EV profiles ``names`` (all by default) of configuration ``cfg`` in the NIC
+    through the controller API, as a controller would from the header's calls, and bring
+    them ONLINE: an EV Format profile per format (``fmt_fields``), then the EV profile --
+    ``MRC_CTL_EV_MODE_GEN`` with the configuration's fields when the NIC can generate it
+    (STEV/UDP, no ``port_field``, one copy: the API spreads generated EVs round robin over
+    the ports), otherwise ``MRC_CTL_EV_MODE_EXP`` with one REPLACE_EV per entry (SRV6 with
+    the entry's uSIDs).  Returns ``{name: ev_profile_id}``; the profiles are not attached
+    to any QP.  Raises MrcCtlError (E2BIG when the path table has no room)."""
+    from ..config import EV_BITS
+    F = MrcCtlEvFmtProfileAttrMask
+    out, fmt_ids = {}, {}
+    next_fmt = max(ctx.fmt_profiles, default=0) + 1
+    next_id = max(ctx.ev_profiles, default=0) + 1
+    for name in names or list(cfg.ev_profiles):
+        prof = cfg.ev_profiles[name]
+        fp = cfg.ev_format_profiles[prof.format]
+        if prof.format not in fmt_ids:
+            fid, next_fmt = next_fmt, next_fmt + 1
+            widths = list(fp.fmt_fields) or [EV_BITS[fp.mode]]
+            ctx.mrc_ctl_modify_ev_fmt_profile(fid, MrcCtlEvFmtProfileAttr(
+                profile_state=OFFLINE, ev_fmt_mode=_FMT_OF[fp.mode],
+                ev_fmt_op=MrcCtlEvFmtOpArgs(MrcCtlEvFmtOp.MRC_CTL_EV_FMT_OP_MODIFY_FIELDS,
+                                            [MrcCtlEvFmtField(w) for w in widths])),
+                F.MRC_CTL_EV_FMT_PROFILE_STATE | F.MRC_CTL_EV_FMT_PROFILE_MODE
+                | F.MRC_CTL_EV_FMT_PROFILE_OP)
+            ctx.mrc_ctl_modify_ev_fmt_profile(fid, MrcCtlEvFmtProfileAttr(profile_state=ONLINE),
+                                              F.MRC_CTL_EV_FMT_PROFILE_STATE)
+            fmt_ids[prof.format] = fid
+        pid, next_id = next_id, next_id + 1
+        n = len(prof.entries)
+        weights = {e.weight for e in prof.entries}
+        gen = (prof.type == "generated" and prof.mode != "SRV6" and prof.port_field is None
+               and weights == {1} and all(e.state == "GOOD" for e in prof.entries)
+               and len({(e.ev, e.port) for e in prof.entries}) == n)
+        attr = MrcCtlEvProfileAttr(
+            profile_state=OFFLINE, ev_fmt_profile_id=fmt_ids[prof.format], ev_count=n,
+            ev_min_active=prof.ev_min_active,
+            ev_mode=MrcCtlEvMode.MRC_CTL_EV_MODE_GEN if gen else MrcCtlEvMode.MRC_CTL_EV_MODE_EXP)
+        mask = (EPM.MRC_CTL_EV_PROFILE_STATE | EPM.MRC_CTL_EV_PROFILE_MODE
+                | EPM.MRC_CTL_EV_PROFILE_FMT_ID | EPM.MRC_CTL_EV_PROFILE_COUNT
+                | EPM.MRC_CTL_EV_PROFILE_MIN_ACTIVE)
+        if gen:
+            attr.ev_fields_op = MrcCtlEvFieldsOpArgs(
+                MrcCtlEvFieldsOp.MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS,
+                [MrcCtlEvField(f.width, f.init_val, f.min_val, f.max_val, f.mask) for f in prof.fields])
+            mask |= EPM.MRC_CTL_EV_PROFILE_EV_FIELDS_OP
+        ctx.mrc_ctl_modify_ev_profile(pid, attr, mask)
+        if not gen:
+            ops = [MrcCtlEvOpEntry(MRC_CTL_EV_UNPOPULATED,
+                                   MrcCtlEv(e.ev, e.port + 1, tuple(e.usids) if e.usids else None),
+                                   MrcCtlEvState.MRC_CTL_EV_DENIED if e.state == "DENIED"
+                                   else MrcCtlEvState.MRC_CTL_EV_GOOD)
+                   for e in prof.entries]
+            ctx.mrc_ctl_modify_ev_profile(pid, MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(
+                MrcCtlEvOp.MRC_CTL_EV_OP_REPLACE_EV, ops)), EPM.MRC_CTL_EV_PROFILE_EV_OP)
+            for i, e in enumerate(prof.entries):
+                ctx.ev_profiles[pid].entries[i].weight = e.weight
+        ctx.mrc_ctl_modify_ev_profile(pid, MrcCtlEvProfileAttr(profile_state=ONLINE),
+                                      EPM.MRC_CTL_EV_PROFILE_STATE)
+        ctx.profile_names[pid] = name
+        out[name] = pid
+    return out

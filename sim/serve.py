@@ -168,7 +168,9 @@ class SimBoard:
     """
 
     MAGIC = 0x42524431
-    CPL_DEPTH = 16
+    #: A board's completion FIFO holds 16 and backpressures the NIC; the co-simulation ties
+    #: the completion streams' ready high, so the model keeps up to this many instead.
+    CPL_DEPTH = 4096
 
     def __init__(self, nic):
         from mrcnic.boards.common import BOARD_REGS

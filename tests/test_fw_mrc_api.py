@@ -441,3 +441,30 @@ def test_cli_wr_post_wait_mem(tmp_path):
         assert prof["name"] == "to_nic1" and prof["state"] == "MRC_CTL_PROFILE_ONLINE"
         assert [(e["val"], e["port"]) for e in prof["evs"]] == \
             [(x.ev, x.port + 1) for x in cfg.ev_profiles["to_nic1"].entries]
+
+
+def test_ocp_examples_created_through_the_api():
+    """examples/ocp_mrc_examples.toml (the OCP repository's example profiles) created in a
+    NIC through the controller API and read back with the configuration's EVs."""
+    from mrcnic.fw.mrc_ctl import load_config_profiles
+    model, client, _ = nic("udp.toml")
+    c = MrcCtlContext(client)
+    ocp = load_config(EXAMPLES / "ocp_mrc_examples.toml")
+    ids = load_config_profiles(c, ocp)
+    assert list(ids) == ["gen_stev", "gen_srv6", "exp_stev"]
+    assert c.ev_profiles[ids["gen_stev"]].ev_mode == MrcCtlEvMode.MRC_CTL_EV_MODE_GEN
+    for name, pid in ids.items():
+        want = [(e.ev, e.port + 1, GOOD) for e in ocp.ev_profiles[name].entries]
+        assert ev_array(c, pid) == want, name
+    # hand-worked: gen_stev is T0 << 8 | T1 << 4 | T2 with T2 fastest: EVs 0..31
+    assert [v for v, _, _ in ev_array(c, ids["gen_stev"])] == list(range(32))
+    # gen_srv6: the path of EV 3 is locator | 0x100 0x200 0x300 0x403, then the peer
+    rec = unpack_record(REGMAP.table("path").layout,
+                        model.tables["path"][c.ev_profiles[ids["gen_srv6"]].base + 3])
+    import ipaddress
+    assert ipaddress.IPv6Address(rec["da"]) == ipaddress.IPv6Address("fc00:0:100:200:300:403:101::")
+    # mrc_ctl_exp_ev.md: deny EVs 13..15 ((i << 16) | i, port 1)
+    attr = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE, [
+        MrcCtlEvOpEntry(MrcCtlEv(i << 16 | i, 1), state=DENIED) for i in range(13, 16)]))
+    c.mrc_ctl_modify_ev_profile(ids["exp_stev"], attr, EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    assert [s for _, _, s in ev_array(c, ids["exp_stev"])] == [GOOD] * 13 + [DENIED] * 3
