@@ -180,8 +180,7 @@ def ideal_times(sc: dict, tables: list, pmtu: int) -> dict:
     transfer_ns = max(load.values()) * 8 / rate
     hops = [host_rate, fab["rate_gbps"], fab["rate_gbps"], host_rate]
     lat = 2 * fab["host_latency_ns"] + 2 * fab["latency_ns"] + 3 * fab["switch_latency_ns"]
-    rtt = (sum(wire_bytes(_frame_len(pmtu)) * 8 / r for r in hops)
-           + sum(wire_bytes(_ACK_BYTES) * 8 / r for r in hops) + 2 * lat)
+    rtt = base_rtt_ns(sc, pmtu)
     # the true lower bound (docstring)
     beats = {}
     for t in sc["transfers"]:
@@ -196,11 +195,25 @@ def ideal_times(sc: dict, tables: list, pmtu: int) -> dict:
                 sender_gbps=rate, lower_bound_ns=lower)
 
 
+def base_rtt_ns(sc: dict, pmtu: int) -> float:
+    """The fabric's base RTT in ns: a full data frame (``pmtu`` payload) out and an ACK back,
+    store-and-forward over host link, leaf, spine, leaf (serialisation at each hop, link and
+    switch latencies), empty queues."""
+    from .fabric import wire_bytes
+
+    fab = sc["fabric"]
+    host_rate = fab.get("host_rate_gbps") or fab["rate_gbps"]
+    hops = [host_rate, fab["rate_gbps"], fab["rate_gbps"], host_rate]
+    lat = 2 * fab["host_latency_ns"] + 2 * fab["latency_ns"] + 3 * fab["switch_latency_ns"]
+    return (sum(wire_bytes(_frame_len(pmtu)) * 8 / r for r in hops)
+            + sum(wire_bytes(_ACK_BYTES) * 8 / r for r in hops) + 2 * lat)
+
+
 def _resolve(sc: dict):
     """(config texts, HwTables per NIC, NicConfig per NIC) of a scenario."""
     from mrcnic.config import compile_tables, loads_config
 
-    from .scenarios import make_configs
+    from .scenarios import fabric_defaults, make_configs
     from .topology import ClosTopology
 
     stride = _stride(sc["size"])
@@ -211,8 +224,18 @@ def _resolve(sc: dict):
     else:
         topo = ClosTopology(**sc["topology"])
         n_in = max(sum(1 for t in sc["transfers"] if t["dst"] == k) for k in range(len(sc["nics"])))
+        # RTO, probe interval and NSCC window from the fabric; the scenario's own keys win
+        pmtu = 1024
+        host_rate = sc["fabric"].get("host_rate_gbps") or sc["fabric"]["rate_gbps"]
+        dflt = fabric_defaults(sc, base_rtt_ns(sc, pmtu),
+                               min(NIC_GBPS, sc["topology"]["planes"] * host_rate), pmtu)
+        rel = {**dflt["reliability"], **(sc.get("reliability") or {})}
+        if "probe_interval" not in (sc.get("reliability") or {}):   # once per effective RTO
+            rel["probe_interval"] = max(2000, (1024 << rel["ack_timeout_exp"]) // CLK_NS)
+        sc["reliability"] = rel
+        sc["cc"] = sc.get("cc") or dflt["cc"]
         texts = make_configs(topo, sc["nics"], sc["transfers"], sc["evs"],
-                             region_bytes=max(1, n_in) * stride, cc=sc.get("cc"))
+                             region_bytes=max(1, n_in) * stride, pmtu=pmtu, cc=sc["cc"])
         sources = [f"<{sc['name']}:nic{k}>" for k in range(len(texts))]
     cfgs = [loads_config(t, s) for t, s in zip(texts, sources)]
     return texts, [compile_tables(c) for c in cfgs], cfgs
