@@ -39,6 +39,7 @@ from .ev_counters import EvCounterBank
 from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvCounters, EvEvent, EvState,
                       MemRegion, NicGlobals, PathEntry, ProbeReq, QpContext, RxKind, RxQpContext,
                       WorkRequest)
+from .plane_guard import PlaneGuard
 from .plane_mux import PlaneMux
 from .nscc import NsccConfig
 from .reliability import RelQpConfig, SenderReliability
@@ -82,6 +83,10 @@ class MRCNic(wiring.Component):
     shared_parser : bool
         One receive parser for all planes (see :class:`~mrcnic.rtl.rx.RxPipeline`);
         the board tops use it, the co-simulation keeps one parser per plane.
+    plane_guard : int
+        :class:`~mrcnic.rtl.plane_guard.PlaneGuard` threshold: ACK timeouts of that many
+        distinct entries of one plane within 4096 cycles make the data spray avoid the whole
+        plane for 2**15 cycles or until a probe reply on it (0: no guard).
 
     Attributes
     ----------
@@ -190,7 +195,7 @@ class MRCNic(wiring.Component):
     """
 
     def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256,
-                 shared_parser: bool = False):
+                 shared_parser: bool = False, plane_guard: int = 3):
         if not 1 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
         if not 1 <= qps <= MAX_QPS:
@@ -202,6 +207,9 @@ class MRCNic(wiring.Component):
         from .rx_parser import N_REASONS
         self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
         self.shared_parser = shared_parser
+        if plane_guard != 0 and not 2 <= plane_guard <= 15:
+            raise ValueError(f"plane_guard must be 0 (off) or 2..15, not {plane_guard}")
+        self.plane_guard = plane_guard
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "recv_cpl": Out(stream.Signature(Completion)),
@@ -280,6 +288,14 @@ class MRCNic(wiring.Component):
             probe_w.data.port.eq(self.pt_w_data.port), probe_w.data.da.eq(self.pt_w_data.da),
         ]
 
+        # ---- plane guard: a plane whose EVs time out together is avoided as a whole -------
+        m.submodules.plane_guard = guard = PlaneGuard(self.paths, n, self.plane_guard)
+        m.d.comb += [
+            guard.w_en.eq(self.pt_w_en), guard.w_addr.eq(self.pt_w_addr),
+            guard.w_data.eq(self.pt_w_data),
+            guard.ev_valid.eq(rel.event.valid & rel.event.ready), guard.ev.eq(rel.event.payload),
+        ]
+
         # ---- transmit pipeline ------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.s_wr), tx.s_wr)
         m.d.comb += [
@@ -291,7 +307,7 @@ class MRCNic(wiring.Component):
             tx.seg_w_data.eq(self.seg_w_data),
             tx.qp_w_en.eq(self.qp_w_en), tx.qp_w_addr.eq(self.qp_w_addr),
             tx.qp_w_data.eq(self.qp_w_data),
-            tx.avoid.eq(self.avoid | rel.avoid),
+            tx.avoid.eq(self.avoid | rel.avoid | guard.avoid),
             self.wr_refused.eq(tx.wr_refused), self.no_path.eq(tx.no_path),
         ]
 
