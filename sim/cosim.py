@@ -615,6 +615,8 @@ class _Nic:
         self.cpl_payload = self.sig("recv_cpl__payload")
         self.sig("recv_cpl__ready").value = 1
         self.sig("send_cpl__ready").value = 1
+        from cocotb.triggers import Lock
+        self.wr_lock = Lock()       # s_wr is shared with the served board model (sim/serve.py)
 
     def sig(self, name):
         return getattr(self.dut, self.pre + name)
@@ -639,6 +641,7 @@ class _Nic:
 
         valid, payload, ready = self.sig("s_wr__valid"), self.sig("s_wr__payload"), \
             self.sig("s_wr__ready")
+        await self.wr_lock.acquire()
         for i, wr in wrs:
             payload.value = pack(WorkRequest, dict(
                 qp=wr["qp"], opcode=WrOpcode.WRITE, wr_id=i, local_addr=wr["local_addr"],
@@ -649,6 +652,7 @@ class _Nic:
                 if int(ready.value):
                     break
         valid.value = 0
+        self.wr_lock.release()
 
     def counters(self) -> dict:
         """The core's counters (:data:`mrcnic.rtl.csr_nic.STATS`), read from its ports."""
@@ -805,21 +809,11 @@ def _check_port_free(port: int, host: str = "127.0.0.1"):
         s.close()
 
 
-def _start_serving(nic, serve: dict):
-    """Serve ``nic``'s CSR bank on TCP (:mod:`mrcnic.sim.serve`); write the address to
-    ``serve["port_file"]`` once listening.  Returns (bridge, server)."""
-    from mrcnic.fw.tcp import CsrServer
-    from mrcnic.fw.transport import AxiLiteTransport
-
-    from .serve import SimCsrBridge
-
-    bridge = SimCsrBridge(AxiLiteTransport(nic.axil))
-    server = CsrServer(bridge, serve.get("host", "127.0.0.1"), serve.get("port", 0)).start()
-    host, port = server.address
-    tmp = Path(serve["port_file"] + ".tmp")
-    tmp.write_text(json.dumps(dict(host=host, port=port, nic=serve["nic"])))
-    os.replace(tmp, serve["port_file"])
-    return bridge, server
+def _start_serving(nics, serve: dict):
+    """Serve every NIC's CSR bank, board registers and host memory on TCP
+    (:func:`mrcnic.sim.serve.serve_nics`); returns (bridge, server)."""
+    from .serve import serve_nics
+    return serve_nics(nics, serve)
 
 
 if cocotb is not None:
@@ -890,7 +884,7 @@ if cocotb is not None:
         serve = job.get("serve")
         bridge = server = None
         if serve:
-            bridge, server = _start_serving(nics[serve["nic"]], serve)
+            bridge, server = _start_serving(nics, serve)
 
         def post_round():
             for k, n in enumerate(nics):
