@@ -403,9 +403,10 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
                    port=serve, nic=serve_nic, port_file=str(port_file),
                    time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
     job_file.write_text(json.dumps(job))
-    nic_v = nic_verilog(ports=ports, paths=paths)
-
     def simulate():
+        # in the worker thread with the rest of the build: the main thread stays free for
+        # Ctrl-C (a Yosys conversion in it would hold off the signal until it returns)
+        nic_v = nic_verilog(ports=ports, paths=paths)
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
                 testcase="run_cosim_job", build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
                 waves=waves, quiet=True, sources=[nic_v], simulator=simulator,
@@ -437,13 +438,14 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
                   file=sys.stderr)
             stop_file.write_text("interrupted")
             running = progress_file.exists() and progress_file.stat().st_size > 0
-            if not done.wait(10.0 if running else 2.0):
+            if not done.wait(10.0 if running else 0.5):
                 # still building or starting (the stop file is read only once the run
                 # loop is on), or stuck: stop the compiler / simulator processes, no report
                 from mrcnic.interrupt import stop_children
-                stop_children()
-                done.wait(2.0)
+                stop_children(grace_s=0.5)
+                done.wait(0.5)          # a worker still inside an in-process Yosys is left
             if not out_file.exists():
+                top._MustUse__silence = True     # never elaborated: no warning about it
                 raise KeyboardInterrupt from None
         th.join()
         if err:
