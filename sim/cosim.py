@@ -589,22 +589,21 @@ class _Nic:
     """One co-simulated NIC: its memory, plane sources/sinks and its CSR bank (firmware client)."""
 
     def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int):
-        from cocotbext.axi import (AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus,
-                                   AxiStreamSource)
+        from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus
 
         from mrcnic.fw.client import AsyncCsrClient
         from mrcnic.fw.transport import AxiLiteTransport
 
-        from .fastaxis import AxiStreamSinkFast
+        from .fastaxis import AxiStreamSinkFast, AxiStreamSourceFast
 
         self.dut, self.k, self.host, self.ports = dut, k, host, ports
         self.cfg, self.tables = cfg, tables
         self.pre = f"n{k}_"
         self.mem = AxiRam(AxiBus.from_prefix(dut, f"n{k}_m_axi", bus_separator="__"),
                           dut.clk, dut.rst, size=mem_size)
-        self.sources = [AxiStreamSource(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
-                                                                 bus_separator="__"),
-                                        dut.clk, dut.rst) for i in range(ports)]
+        self.sources = [AxiStreamSourceFast(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
+                                                                     bus_separator="__"),
+                                            dut.clk, dut.rst) for i in range(ports)]
         self.sinks = [AxiStreamSinkFast(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
                                                                  bus_separator="__"),
                                         dut.clk, dut.rst) for i in range(ports)]

@@ -85,7 +85,9 @@ def cache_lock(key: str):
     ``mrcnic`` runs): the first builds, the others wait and then find the entry."""
     import fcntl
 
-    with open(cache_dir() / f"{key}.lock", "w") as fh:
+    locks = cache_dir() / "locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{key}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
