@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 import click
 
@@ -381,6 +382,74 @@ def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_
             click.echo(f"build directory: {bdir}")
         if not all(r["complete"] for r in res["rows"]):
             raise RunFailed("a scenario run did not complete")
+
+
+@bench.command("scenarios")
+@_BENCH_JSON
+@click.option("--scenario", "names", multiple=True,
+              help="Run only this built-in scenario (repeatable; default: every one).")
+@click.option("--simulator", type=click.Choice(SIMULATORS), default=None,
+              help="HDL simulator (default: $MRCNIC_SIM, else verilator).")
+@_BENCH_DIR
+@_KEEP
+def bench_scenarios_cmd(json_path, names, simulator, build_dir, keep):
+    """Every built-in scenario at the size users run, checked against what it must show
+    (mrcnic.sim.expect): completion against ideal, timeouts, EV events, fairness."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.cosim import run_cosim
+    from .sim.expect import LIMITS, check, sender_times
+    from .sim.scenarios import scenario_names
+
+    names = list(names) or [n for n in scenario_names() if n in LIMITS]
+    for n in names:
+        if n not in LIMITS:
+            _fail(f"unknown scenario {n!r} (built in: {', '.join(LIMITS)})")
+    console = Console()
+    rows = []
+    with _build_dir(build_dir, keep, "bench-scenarios") as bdir:
+        for n in names:
+            with console.status(f"{n}: simulating"):
+                try:
+                    rep = run_cosim(n, build_dir=Path(bdir) / n, simulator=simulator)
+                except (ValueError, RuntimeError, OSError, AssertionError) as exc:
+                    raise RunFailed(f"{n}: {exc} (build directory: {bdir})") from None
+            times = sender_times(rep)
+            cpl = rep.get("completion_ns")
+            rows.append(dict(
+                scenario=n, size=rep["size"], complete=bool(rep.get("complete")),
+                completion_us=None if cpl is None else round(cpl / 1000, 2),
+                ideal_us=round(rep["ideal_ns"] / 1000, 2),
+                x_ideal=None if cpl is None else round(cpl / rep["ideal_ns"], 3),
+                limit=LIMITS[n], timeouts=sum(c.get("timeouts", 0) for c in rep["nic_counters"]),
+                ev_events=len(rep["ev_events"]), trimmed=rep["trimmed"],
+                retransmissions=rep["retransmissions"],
+                fairness=(round(max(times.values()) / min(times.values()), 3)
+                          if len(times) > 1 and min(times.values()) > 0 else None),
+                wall_s=rep["sim"]["wall_s"], problems=check(rep)))
+            console.print(f"{n}: {'ok' if not rows[-1]['problems'] else 'FAILED'}")
+    table = Table(title="built-in scenarios at their default sizes")
+    for col in ("scenario", "size", "completion us", "x ideal", "limit", "timeouts",
+                "EV events", "trimmed", "retx", "fairness", "wall s", "verdict"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["scenario"], f"{r['size'] // 1024} KiB",
+                      "-" if r["completion_us"] is None else f"{r['completion_us']:.1f}",
+                      "-" if r["x_ideal"] is None else f"{r['x_ideal']:.2f}", f"{r['limit']}",
+                      str(r["timeouts"]), str(r["ev_events"]), str(r["trimmed"]),
+                      str(r["retransmissions"]),
+                      "-" if r["fairness"] is None else f"{r['fairness']:.2f}",
+                      f"{r['wall_s']:.0f}", "ok" if not r["problems"] else "; ".join(r["problems"]))
+    console.print(table)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({"bench": "scenarios", "rows": rows}, fh, indent=2)
+        click.echo(f"wrote {json_path}")
+    if any(r["problems"] for r in rows):
+        raise RunFailed("a scenario did not show what it must (see the table)")
 
 
 def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, build_dir=None,

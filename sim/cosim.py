@@ -59,7 +59,8 @@ __all__ = ["CosimTop", "run_cosim", "run_clock_only", "nic_verilog", "NIC_MODULE
 NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached CsrNic
 CLK_NS = 8                  #: clock period, ns (125 MHz)
 NIC_GBPS = 64 / CLK_NS      #: one 64-bit beat per clock: 8 Gb/s over all planes of a NIC
-COSIM_QPS = 4               #: receive QP contexts of the co-simulated NICs (3:1 incast needs 3)
+COSIM_QPS = 4               #: QP contexts of the co-simulated NICs (MAX_QPS when one needs more)
+MAX_QPS = 8                 #: the most a co-simulated NIC can have (``mrcnic.rtl.layouts.MAX_QPS``)
 COSIM_PATHS = 128           #: largest path table of the co-simulated NICs (entries)
 REPO = Path(__file__).resolve().parents[1]
 _GUARD = 64                 #: guard bytes checked on each side of every destination range
@@ -368,10 +369,13 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     for k, tb in enumerate(tables):
         if len(tb.next_hop_mac) != ports:
             raise ValueError(f"nic{k} has {len(tb.next_hop_mac)} ports, the topology {ports} planes")
-        if len(tb.path_entries) > COSIM_PATHS or len(tb.rx_qps) > COSIM_QPS:
+        if len(tb.path_entries) > COSIM_PATHS or len(tb.rx_qps) > MAX_QPS:
             raise ValueError(f"nic{k} needs {len(tb.path_entries)} path entries and "
-                             f"{len(tb.rx_qps)} QPs; the co-simulated NIC holds "
-                             f"{COSIM_PATHS} and {COSIM_QPS}")
+                             f"{len(tb.rx_qps)} QPs; the co-simulated NIC holds at most "
+                             f"{COSIM_PATHS} and {MAX_QPS}")
+    # COSIM_QPS QP contexts, or MAX_QPS when a NIC needs more (an 8:1 incast): the same NIC
+    # as before for every scenario that fits in COSIM_QPS, so their results do not move
+    qps = COSIM_QPS if max(len(tb.rx_qps) for tb in tables) <= COSIM_QPS else MAX_QPS
     pmtu = cfgs[0].nic.pmtu
     times = ideal_times(sc, tables, pmtu)
     wrs = _transfers(sc, cfgs)
@@ -395,7 +399,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         _check_port_free(serve)
     # the smallest path table that holds every NIC's entries: a smaller NIC simulates faster
     paths = max(16, 1 << (max(len(tb.path_entries) for tb in tables) - 1).bit_length())
-    top = CosimTop(len(sc["nics"]), ports=ports, paths=paths)
+    top = CosimTop(len(sc["nics"]), ports=ports, qps=qps, paths=paths)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
                progress=str(progress_file), stop_file=str(stop_file),
@@ -406,7 +410,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     def simulate():
         # in the worker thread with the rest of the build: the main thread stays free for
         # Ctrl-C (a Yosys conversion in it would hold off the signal until it returns)
-        nic_v = nic_verilog(ports=ports, paths=paths)
+        nic_v = nic_verilog(ports=ports, qps=qps, paths=paths)
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
                 testcase="run_cosim_job", build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
                 waves=waves, quiet=True, sources=[nic_v], simulator=simulator,

@@ -144,7 +144,14 @@ def plot_throughput(report: dict, path) -> Path:
     m = max(0, round(window_ns / bin_ns) - 1)           # triangle: weights m+1-|j|, |j| <= m
     norm = (m + 1) ** 2
     kernel = [(m + 1 - abs(j)) / norm for j in range(-m, m + 1)]
-    fig, ax = plt.subplots(figsize=(10, 5.2), dpi=110)
+    senders = sorted({t["src"] for t in report.get("transfers", [])})
+    cw = [c for c in report.get("cwnd", []) if c["nic"] in senders]
+    if len(senders) > 1 and cw:                  # incast: the windows converging, below
+        fig, (ax, ax_cw) = plt.subplots(2, 1, figsize=(10, 7.4), dpi=110, sharex=True,
+                                        gridspec_kw=dict(height_ratios=[3, 1.6]))
+    else:
+        fig, ax = plt.subplots(figsize=(10, 5.2), dpi=110)
+        ax_cw = None
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
               "tab:olive", "tab:cyan"]
     for p, row in enumerate(thr["planes"]):
@@ -181,9 +188,12 @@ def plot_throughput(report: dict, path) -> Path:
         ax.axvline(report["lower_bound_ns"] / 1000, color="dimgray", linestyle="-.",
                    linewidth=1.2, zorder=4,
                    label=f"lower bound {report['lower_bound_ns'] / 1000:.2f} us")
+    if ax_cw is not None:
+        _plot_cwnd(ax_cw, report, senders, t0)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("time since the work requests were posted (us)")
+    (ax_cw if ax_cw is not None else ax).set_xlabel(
+        "time since the work requests were posted (us)")
     ax.set_ylabel(f"delivered to hosts (Gb/s, triangular average +/- {window_ns / 1000:.1f} us)")
     ax.set_title(f"mrcnic sim {report['scenario']}: {report['nics']} NICs, "
                  f"{report['planes']} planes, {report['evs']} EVs")
@@ -195,6 +205,25 @@ def plot_throughput(report: dict, path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _plot_cwnd(ax, report: dict, senders: list, t0: float):
+    """Each sender's NSCC window (KiB, QP 0) over time, with the fair share of the busiest
+    receiver's bandwidth-delay product (its rate x base RTT / senders) as a reference."""
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+              "tab:olive", "tab:cyan", "tab:red", "tab:gray"]
+    for i, k in enumerate(senders):
+        pts = [(c["t_ns"], c["cwnd"]) for c in report["cwnd"] if c["nic"] == k]
+        ax.step([(t - t0) / 1000 for t, _ in pts], [w / 1024 for _, w in pts], where="post",
+                linewidth=1.1, color=colors[i % len(colors)], label=f"nic{k} cwnd")
+    if report.get("base_rtt_ns") and report.get("sender_gbps"):
+        fair = report["sender_gbps"] * report["base_rtt_ns"] / 8 / len(senders) / 1024
+        ax.axhline(fair, color="black", linestyle=":", linewidth=1.2,
+                   label=f"fair share of one BDP ({fair:.1f} KiB)")
+    ax.set_ylabel("NSCC cwnd (KiB)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
 
 
 def summary_rows(report: dict) -> list[tuple[str, str]]:

@@ -141,6 +141,24 @@ SCENARIOS: dict[str, dict] = {
         linger_ns=2000.0, time_limit=4.0, ack_every=4, ack_timeout=64,
         expect="trimmed > 0; every trimmed PSN is NACKed at once and retransmitted; no ACK "
                "timeout (no EV goes ASSUMED_BAD); exact delivery of all three transfers"),
+    "incast-8": dict(
+        description="8:1 incast: eight NICs (five on leaf 0, three on the receiver's leaf 1) "
+                    "write into one NIC; host links at 2 Gb/s per plane (8 Gb/s per NIC), "
+                    "small switch queues that trim on overflow",
+        topology=dict(planes=4, leaves=2, spines=4, hosts_per_leaf=5),
+        fabric=dict(_FABRIC, host_rate_gbps=2.0, queue_bytes=8 * 1024,
+                    ecn_threshold_bytes=6 * 1024, trim_queue_bytes=8 * 1024),
+        nics=[0, 1, 2, 3, 4, 5, 6, 7, 9],
+        configs=None,
+        evs=32,
+        transfers=[{"src": k, "dst": 8} for k in range(8)],
+        size=64 * 1024,
+        test_size=16 * 1024,
+        failures=[], slow_links=[], background=[],
+        linger_ns=2000.0, time_limit=4.0, ack_every=4, ack_timeout=64,
+        expect="exact delivery of all eight transfers; no ACK timeout, no EV ASSUMED_BAD; "
+               "completion within 1.5 x ideal; per-sender completion times within 1.3x of "
+               "each other"),
     "ecn": dict(
         description="one congested spine: plane 0's spine 0 link from the sender's leaf runs at "
                     "5 Gb/s and carries 9.5 Gb/s of background traffic (host1 -> host3) for "
