@@ -20,11 +20,23 @@ FAIRNESS = 1.3
 
 
 def sender_times(rep: dict) -> dict[int, float]:
-    """Per sending NIC: ns from posting to its last send completion."""
+    """Per sending NIC: ns from posting to the receive completion of its last transfer.
+
+    Receive completions are used (a sender's own completion needs an ACK back, which may
+    fall after the run's end).  A receiver's QP contexts are numbered in the order of the
+    transfers into it (generated configurations, ``make_configs``), so its completion on QP
+    ``i`` closes its ``i``-th incoming transfer.
+    """
     t0 = rep["sim"]["t0_ns"]
+    incoming: dict[int, list[int]] = {}
+    for t in rep["transfers"]:
+        incoming.setdefault(t["dst"], []).append(t["src"])
     out: dict[int, float] = {}
-    for c in rep.get("send_completions", []):
-        out[c["nic"]] = max(out.get(c["nic"], 0.0), c["t_ns"] - t0)
+    for c in rep.get("completions", []):
+        srcs = incoming.get(c["nic"], [])
+        if c["qp"] < len(srcs):
+            src = srcs[c["qp"]]
+            out[src] = max(out.get(src, 0.0), c["t_ns"] - t0)
     return out
 
 
