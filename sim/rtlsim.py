@@ -251,9 +251,11 @@ def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None
     import cocotb
     from cocotb_tools.runner import get_runner
 
-    from .simulators import resolve, simulator_env, simulator_version
+    from .simulators import check_waves, resolve, simulator_env, simulator_version
 
     simulator = resolve(simulator)
+    if waves:
+        check_waves(simulator)
     build_dir = Path(build_dir).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     env = simulator_env(simulator)
@@ -264,6 +266,8 @@ def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None
         else get_runner("icarus")
     art = _artifact(simulator, toplevel)
     cached = cache_dir() / f"{toplevel}-{simulator}-{key}.bin"
+    if simulator == "icarus" and waves:
+        cache = False              # its sim.vvp names the wave file by its absolute path
     if not cache:
         env = dict(env, CCACHE_DISABLE="1")
     t0 = time.monotonic()
@@ -312,10 +316,12 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     """
     from cocotb_tools.runner import get_results
 
-    from .simulators import resolve, simulator_env
+    from .simulators import check_waves, resolve, simulator_env
 
     simulator = resolve(simulator)
     simulator_env(simulator)                 # a missing tool fails before the Verilog is made
+    if waves:
+        check_waves(simulator)
     build_dir = Path(build_dir).resolve()
     if fresh and build_dir.exists():
         shutil.rmtree(build_dir)

