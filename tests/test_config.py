@@ -550,7 +550,7 @@ def check_tables(cfg, hw):
         assert e["da"] == int(ipaddress.IPv6Address(carriers[0]))
         assert e["n_carriers"] == len(carriers)
         if enc.mode == "SRV6":
-            assert carriers == wire.path_carriers(BLOCK, usids)
+            assert carriers == wire.path_carriers(cfg.nic.locator_block, usids)
         if e["n_carriers"] > 1:
             words = hw.segments[e["seg_base"]:e["seg_base"] + e["n_carriers"]]
             assert words == [int(ipaddress.IPv6Address(c)) for c in reversed(carriers)]
