@@ -28,6 +28,14 @@ Model and assumptions
   frames arrive with the sender's Ethernet header.  Hop limit, DA, SRH Segments
   Left and ECN change on the way, all masked or normalised by the ICRC
   (:func:`mrcnic.wire.arrival_form`), so the ICRC still checks at the receiver.
+* **ECMP** (``routing="ecmp"``, off by default): every switch also has an IPv6
+  FIB and forwards a frame whose active uSID is not its own by it, as Linux
+  seg6 NEXT-C-SID does (longest-prefix match; all prefixes here are /48s).
+  A leaf hashes frames for other leaves' hosts over its equal-cost spine
+  uplinks (source/destination address, flow label, UDP source port), so STEV
+  and UDP EV-mode frames cross a flow-hashed fabric while SRV6 frames still
+  follow their uSIDs.  A failed link leaves the ECMP groups
+  ``ecmp_detect_ns`` after it went down (:meth:`Fabric.ecmp_group`).
 * **Egress queues** on switch ports: a data FIFO of ``queue_bytes`` capacity
   (frame bytes) and a strict-priority FIFO of ``trim_queue_bytes`` for trimmed
   headers.  ECN: a frame whose ECN is ECT(0)/ECT(1) is set to CE when the bytes
@@ -74,6 +82,18 @@ _DA = _IP + 24             # destination address offset
 _SRH = _IP + 40            # first extension header offset
 _ROUTING = 43
 _SRH_TYPE = 4
+
+
+def _ecmp_hash(frame: bytes, salt: str, seed: int) -> int:
+    """ECMP hash of a frame: CRC-32 over the switch's salt, the seed, IPv6 source and
+    destination address, flow label, next header and (for UDP) the source port."""
+    import zlib
+
+    fl = bytes((frame[_IP + 1] & 0x0F, frame[_IP + 2], frame[_IP + 3]))
+    nh = frame[_IP + 6]
+    sport = frame[_SRH:_SRH + 2] if nh == 17 else b""
+    h = zlib.crc32(f"{salt}/{seed}".encode())
+    return zlib.crc32(frame[_IP + 8:_IP + 40] + fl + bytes((nh,)) + sport, h)
 
 
 def wire_bytes(frame_len: int) -> int:
@@ -315,6 +335,10 @@ class UsidSwitch:
         self.down: set = set()
         self.drops: Counter = Counter()
         self.forwarded = 0
+        #: ``f(switch, frame, da) -> egress or None``: the IPv6 FIB used when the active uSID is
+        #: not this switch's (Linux seg6 NEXT-C-SID, :meth:`Fabric` ``routing="ecmp"``);
+        #: ``None`` (the default) drops such frames as ``no_match``
+        self.fib = None
 
     @property
     def up(self) -> bool:
@@ -341,6 +365,8 @@ class UsidSwitch:
             return self._drop("malformed")
         da = int.from_bytes(frame[_DA:_DA + 16], "big")
         if da >> 96 != self.block or (da >> 80) & 0xFFFF != self.usid:
+            if self.fib is not None:
+                return self._route(frame, da)
             return self._drop("no_match")
         hlim = frame[_IP + 7]
         if hlim <= 1:
@@ -372,6 +398,23 @@ class UsidSwitch:
             return self._drop("no_route")
         self.forwarded += 1
         return egress, bytes(out)
+
+    def _route(self, frame: bytes, da: int):
+        """Plain IPv6 forwarding by :attr:`fib` (DA unchanged, hop limit decremented), as a
+        Linux SRv6 node forwards a packet whose DA is not one of its local SIDs."""
+        hlim = frame[_IP + 7]
+        if hlim <= 1:
+            return self._drop("hop_limit")
+        egress = self.fib(self, frame, da)
+        if egress is None:
+            return self._drop("no_route")
+        out = bytearray(frame)
+        out[_IP + 7] = hlim - 1
+        self.routed += 1
+        self.forwarded += 1
+        return egress, bytes(out)
+
+    routed = 0      #: frames forwarded by the FIB (ECMP / longest-prefix match), not by uSID
 
     def _drop(self, reason: str):
         self.drops[reason] += 1
@@ -417,6 +460,19 @@ class Fabric:
         directions), ``"all"`` (every link) or ``None``.
     pcap_max_frames : int
         Taps stop recording after this many frames (``pcap_dropped`` counts the rest).
+    routing : str
+        ``"usid"`` (default): static uSID tables only, a frame whose active uSID is not the
+        switch's own is dropped (``no_match``).  ``"ecmp"``: every switch also holds an IPv6
+        FIB with equal-cost multipath and forwards such frames by it (:meth:`ecmp_group`):
+        STEV/UDP frames (DA = the peer's ordinary address) are hashed over the equal-cost
+        uplinks, SRV6 frames still follow their uSIDs.
+    ecmp_detect_ns : float
+        With ``routing="ecmp"``: how long after a link goes down (or comes back) the FIBs
+        stop (or start again) using it, ns -- link-down detection, BFD and the routing
+        protocol's convergence together.  Until then frames hashed onto it are lost.
+    ecmp_seed : int
+        Salt of the ECMP hash (each switch also salts it with its own name, so the hash does
+        not polarise from tier to tier).
 
     Attributes
     ----------
@@ -443,7 +499,8 @@ class Fabric:
                  host_latency_ns: float = 100.0, switch_latency_ns: float = 0.0,
                  queue_bytes: int = 128 * 1024, ecn_threshold_bytes: int | None = 32 * 1024,
                  trim: bool = True, trim_dscp: int = 46, trim_queue_bytes: int = 8 * 1024,
-                 pcap: str | None = "hosts", pcap_max_frames: int = 1_000_000):
+                 pcap: str | None = "hosts", pcap_max_frames: int = 1_000_000,
+                 routing: str = "usid", ecmp_detect_ns: float = 50_000.0, ecmp_seed: int = 0):
         if switch_latency_ns < 0:
             raise ValueError("switch_latency_ns must be >= 0")
         if queue_bytes < 0 or trim_queue_bytes < 0:
@@ -452,6 +509,10 @@ class Fabric:
             raise ValueError(f"trim_dscp must be 0..63, got {trim_dscp}")
         if pcap not in ("hosts", "all", None):
             raise ValueError(f"pcap must be 'hosts', 'all' or None, got {pcap!r}")
+        if routing not in ("usid", "ecmp"):
+            raise ValueError(f"routing must be 'usid' or 'ecmp', got {routing!r}")
+        if ecmp_detect_ns < 0:
+            raise ValueError("ecmp_detect_ns must be >= 0")
         self.topology = topo = topology or ClosTopology()
         self.switch_latency_ns = float(switch_latency_ns)
         self.now = 0.0
@@ -496,6 +557,14 @@ class Fabric:
         self.pcap_max_frames = pcap_max_frames
         self.pcap_dropped = 0
         self.lost_in_flight = 0
+        self.routing = routing
+        self.ecmp_detect_ns = float(ecmp_detect_ns)
+        self.ecmp_seed = int(ecmp_seed)
+        self._routed_down: set = set()      # links the FIBs have withdrawn (frozenset of ends)
+        self._groups: dict = {}             # (switch, destination uSID) -> [egress Port]
+        if routing == "ecmp":
+            for sw in self.switches.values():
+                sw.fib = self._fib_lookup
 
     # ---- event machinery ---------------------------------------------------
     def _schedule(self, time, kind, a=None, b=None, c=None):
@@ -651,6 +720,82 @@ class Fabric:
             link.epoch += 1
             for port in link.ports:
                 port.flush("link_down")
+        if self.routing == "ecmp" and was_up != link.up:
+            self._schedule(self.now + self.ecmp_detect_ns, _CONTROL,
+                           lambda: self._reroute(link))
+
+    # ---- ECMP FIB (routing="ecmp") -----------------------------------------
+    def _reroute(self, link: _Link):
+        """The control plane catches up with ``link``'s state (``ecmp_detect_ns`` after it
+        changed): the FIBs withdraw it when it is down, use it again when it is up."""
+        key = frozenset((link.a, link.b))
+        changed = (key in self._routed_down) == link.up
+        if link.up:
+            self._routed_down.discard(key)
+        else:
+            self._routed_down.add(key)
+        if changed:
+            self._groups.clear()
+            self.events_log.append({"time_ns": self.now,
+                                    "action": "ecmp_withdraw" if not link.up else "ecmp_restore",
+                                    "target": f"{link.a}<->{link.b}"})
+
+    def _usable(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) not in self._routed_down
+
+    def ecmp_group(self, switch: str, usid: int) -> list:
+        """The FIB entry of ``switch`` for the /48 prefix ``block:usid``: its egress ports.
+
+        Every prefix of this fabric is a /48 (locator block + one 16-bit uSID: a host, a
+        leaf or a spine), so longest-prefix match is an exact match on DA[127:80].  A leaf
+        reaches its own hosts directly and any other host or leaf of its plane over every
+        spine whose links on the way are not withdrawn (the equal-cost group), a spine of its
+        plane directly; a spine reaches every leaf of its plane, and every host, through that
+        host's leaf.  Other planes' prefixes: no route (``[]``).
+        """
+        key = (switch, usid)
+        if key in self._groups:
+            return self._groups[key]
+        topo = self.topology
+        me = topo.nodes[switch]
+        name = topo.node_of_usid(usid)
+        out = []
+        if name is not None:
+            node = topo.nodes[name]
+            p = me["plane"]
+            if node["kind"] == "host":
+                dst_leaf = topo.leaf_name(p, topo.leaf_of(node["index"]))
+                target = name
+            elif node["plane"] == p:
+                dst_leaf = name if node["kind"] == "leaf" else None
+                target = name
+            else:
+                dst_leaf = target = None
+            if target is not None:
+                if me["kind"] == "leaf":
+                    if dst_leaf == switch or node["kind"] == "spine":
+                        out = [self.port(switch, target)] if self._usable(switch, target) else []
+                    else:
+                        out = [self.port(switch, topo.spine_name(p, s)) for s in range(topo.spines)
+                               if self._usable(switch, topo.spine_name(p, s))
+                               and self._usable(topo.spine_name(p, s), dst_leaf)]
+                elif dst_leaf is not None:      # a spine: down to the leaf
+                    out = [self.port(switch, dst_leaf)] if self._usable(switch, dst_leaf) else []
+        self._groups[key] = out
+        return out
+
+    def _fib_lookup(self, switch: UsidSwitch, frame: bytes, da: int):
+        """Egress of a frame the switch routes by its FIB: the ECMP group of the DA's /48,
+        one member picked by a hash of source and destination address, flow label, next
+        header and UDP source port (the fields a RoCEv2 ECMP hash uses)."""
+        if da >> 96 != switch.block:
+            return None
+        group = self.ecmp_group(switch.name, (da >> 80) & 0xFFFF)
+        if not group:
+            return None
+        if len(group) == 1:
+            return group[0]
+        return group[_ecmp_hash(frame, switch.name, self.ecmp_seed) % len(group)]
 
     def _switch_cause(self, switch: UsidSwitch, cause, down: bool):
         if down:
