@@ -132,9 +132,34 @@ def write_verilog(component, name: str, build_dir: Path, cache_key: str | None =
     return path
 
 
+def changed_since_loaded(files) -> list[Path]:
+    """Those of ``files`` modified after this process started.
+
+    The cache key hashes the sources on disk, but a component is elaborated from the
+    modules this process imported: a long-lived process (a pytest worker, a served
+    simulation) that imported ``rtl/`` before an edit would store the old design under the
+    new key, and every later run would simulate stale RTL.  A source newer than the process
+    may differ from what it loaded, so such a process does not use the cache.
+    """
+    import psutil
+
+    # create_time() counts from the boot time in whole seconds: up to 1 s early
+    started = psutil.Process().create_time() + 1.5
+    return [Path(f) for f in files if Path(f).stat().st_mtime > started]
+
+
 def cached_verilog(component, name: str, cache_key: str) -> Path:
     """The build cache's Verilog of ``component`` as module ``name`` (converted on a miss,
-    once among parallel callers); ``cache_key`` names the component and its parameters."""
+    once among parallel callers); ``cache_key`` names the component and its parameters.
+
+    When a source changed after this process started (:func:`changed_since_loaded`), the
+    Verilog is converted into ``<cache>/uncached/`` and never enters the cache.
+    """
+    if changed_since_loaded(rtl_files(component)):
+        out = cache_dir() / "uncached" / f"{name}-{os.getpid()}-{id(component):x}.v"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_convert(component, name))
+        return out
     key = verilog_key(component, name, cache_key)
     cached = cache_dir() / f"{name}-{key}.v"
     with cache_lock(key):

@@ -94,3 +94,37 @@ def test_fst_waves(tmp_path, sim):
                    simulator=sim)
     fst = tmp_path / "b" / "plane_mux.fst"
     assert fst.stat().st_size > 1000
+
+
+def test_stale_process_never_fills_the_cache(tmp_path, monkeypatch):
+    """A source edited after the process started (the process may hold the old module)
+    is converted outside the cache: the cache never gets old RTL under a new key."""
+    import os
+    import time
+
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import Out
+
+    from mrcnic.sim import rtlsim
+
+    class Tiny(wiring.Component):
+        o: Out(1)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.o.eq(1)
+            return m
+
+    monkeypatch.setenv("MRCNIC_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "tiny_src.py"
+    src.write_text("# stands for an rtl/ module\n")
+    monkeypatch.setattr(rtlsim, "rtl_files", lambda component=None: [src])
+    old = time.time() - 3600
+    os.utime(src, (old, old))                      # untouched since before the process
+    cached = rtlsim.cached_verilog(Tiny(), "tiny", "Tiny")
+    assert cached.parent == rtlsim.cache_dir()
+    src.write_text("# edited while the process runs\n")      # mtime: now
+    fresh = rtlsim.cached_verilog(Tiny(), "tiny", "Tiny")
+    assert fresh.parent.name == "uncached"
+    assert sorted(p.name for p in rtlsim.cache_dir().glob("tiny-*.v")) == [cached.name]
