@@ -557,6 +557,9 @@ class Fabric:
         self.pcap_max_frames = pcap_max_frames
         self.pcap_dropped = 0
         self.lost_in_flight = 0
+        self.frames_sent = 0    #: frames handed to :meth:`send` (NICs and background traffic)
+        #: Optional per-frame fault hook (:class:`mrcnic.sim.faults.FaultInjector`); None = off
+        self.faults = None
         self.routing = routing
         self.ecmp_detect_ns = float(ecmp_detect_ns)
         self.ecmp_seed = int(ecmp_seed)
@@ -618,6 +621,12 @@ class Fabric:
         self._schedule(t + ser + port.latency_ns, _ARRIVE, port, frame, port.link.epoch)
 
     def _arrive(self, port: Port, frame: bytes, epoch: int):
+        if self.faults is not None:         # seeded faults: lose, corrupt, dup, delay, trim
+            self.faults.on_arrive(port, frame, epoch, self._arrive_now)
+        else:
+            self._arrive_now(port, frame, epoch)
+
+    def _arrive_now(self, port: Port, frame: bytes, epoch: int):
         link = port.link
         tap = self._tap_of.pop((port.name, id(frame)), None) if port.tap else None
         if not link.up or link.epoch != epoch:
@@ -671,6 +680,7 @@ class Fabric:
         if now_ns < self.now:
             raise ValueError(f"send at {now_ns} ns is before the fabric time {self.now} ns")
         self._run(now_ns)
+        self.frames_sent += 1
         if port.enqueue(bytes(frame_bytes)):
             self._start(port)
 
@@ -894,6 +904,29 @@ class Fabric:
             "per_plane_bytes": self.per_plane_bytes(),
             "failures": list(self.events_log),
         }
+
+    def conservation(self) -> dict:
+        """Frame accounting: every frame sent into the fabric was delivered to a host,
+        dropped under a named reason, or is still in the fabric.
+
+        Returns ``{"sent", "duplicated", "delivered", "dropped", "in_fabric", "balance"}``
+        (frames; ``balance`` = sent + duplicated - delivered - dropped - in_fabric, 0 when
+        every frame is accounted for).  ``in_fabric`` counts frames queued at ports, on the
+        wire or between hops, and frames a fault hook holds back.
+        """
+        dropped = sum(sum(p.stats.drops.values()) for p in self.ports.values())
+        dropped += sum(sum(s.drops.values()) for s in self.switches.values())
+        queued = sum(len(p.data) + len(p.prio) for p in self.ports.values())
+        moving = sum(1 for e in self._heap if e[2] in (_ARRIVE, _ENQUEUE))
+        held = dup = 0
+        if self.faults is not None:
+            held = self.faults.pending
+            dup = self.faults.injected.get("dup", 0)
+        in_fabric = queued + moving + held
+        delivered = len(self.delivered)
+        return dict(sent=self.frames_sent, duplicated=dup, delivered=delivered, dropped=dropped,
+                    in_fabric=in_fabric,
+                    balance=self.frames_sent + dup - delivered - dropped - in_fabric)
 
     def write_pcap(self, path, port: str | None = None) -> int:
         """Write the tapped frames (optionally of one port ``"src->dst"``) as pcapng.
