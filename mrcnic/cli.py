@@ -225,8 +225,19 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
                                  "(default: run until Ctrl-C).")
 @click.option("--serve-nic", type=click.IntRange(0, 15), default=0, show_default=True,
               help="With --serve: which NIC's CSR bank to serve.")
+@click.option("--faults", default=None, metavar="SPEC",
+              help="Seeded random faults in the fabric, e.g. 'loss=0:0.01,corrupt=0.002,"
+                   "dup=0.01,reorder=0.02,trim=0.01,flaps=0:2' (kinds: docs/campaign.md); "
+                   "the run's invariants then decide the exit status.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --faults: the seed the faults are drawn from (a campaign's failing "
+                   "run prints the command that replays it).")
+@click.option("--harness-bug", type=click.Choice(["corrupt-byte", "drop-completion",
+                                                  "stray-write"]),
+              default=None, hidden=True,
+              help="Deliberately break the harness (proves the invariants catch it).")
 def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_port, serve_time_us,
-        serve_nic):
+        serve_nic, faults, seed, harness_bug):
     """Run RTL NICs (cocotb + Verilator or Icarus) across the fabric model on a scenario.
 
     Exit status 0 when every byte arrived intact, or when a served run (--serve) was
@@ -238,12 +249,19 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
 
     if scenario not in scenario_names():
         _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
+    if faults is not None:
+        from .sim.faults import parse_spec
+        try:
+            parse_spec(faults)
+        except ValueError as exc:
+            _fail(f"--faults: {exc}")
     kept = bool(build_dir or keep or waves)
     with _build_dir(build_dir, kept, "sim") as bdir:
         try:
             report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
                                waves=waves, build_dir=bdir, progress=True, serve=serve_port,
-                               serve_time_us=serve_time_us, serve_nic=serve_nic)
+                               serve_time_us=serve_time_us, serve_nic=serve_nic,
+                               faults=faults, seed=seed, harness_bug=harness_bug)
         except (ValueError, OSError) as exc:
             _fail(str(exc))
         _print_sim(scenario, report, (json_path, pcap, plot), kept)
@@ -278,6 +296,9 @@ def _print_sim(scenario, report, outputs, kept):
         sys.exit(EXIT_INTERRUPTED)
     if not report["complete"]:
         raise RunFailed("transfer incomplete" + (" (stalled)" if report.get("stalled") else ""))
+    if (report.get("faults") or report.get("harness_bug")) and report.get("verdict") == "fail":
+        bad = [f"{n}: {v['detail']}" for n, v in report["invariants"].items() if not v["ok"]]
+        raise RunFailed("invariants failed: " + "; ".join(bad))
 
 
 @main.group()

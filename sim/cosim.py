@@ -309,7 +309,8 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
               pcap=None, plot=None, waves: bool = False, build_dir=None,
               progress: bool = False, serve: int | None = None, serve_time_us: float | None = None,
-              serve_nic: int = 0, simulator: str | None = None) -> dict:
+              serve_nic: int = 0, simulator: str | None = None, faults: str | None = None,
+              seed: int = 0, harness_bug: str | None = None) -> dict:
     """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
 
     Parameters
@@ -338,6 +339,14 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     simulator : str, optional
         ``"verilator"`` or ``"icarus"`` (default ``$MRCNIC_SIM``, else Verilator); the
         report is the same under both but for its wall-clock fields (``sim``).
+    faults : str, optional
+        A fault spec (:func:`mrcnic.sim.faults.parse_spec`): random faults drawn from
+        ``seed`` (:func:`mrcnic.sim.faults.draw`; ``report["faults"]``).
+    seed : int
+        The fault seed (the same scenario, size, spec and seed replay a run exactly).
+    harness_bug : str, optional
+        A deliberately broken harness (:data:`mrcnic.sim.invariants.HARNESS_BUGS`), to show
+        that the invariants (``report["invariants"]``, ``report["verdict"]``) catch it.
 
     Raises
     ------
@@ -365,6 +374,17 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         sc.setdefault("name", "custom")
         if size is not None:
             sc["size"] = size
+    if faults:
+        from .faults import draw, parse_spec
+        from .topology import ClosTopology
+        drawn = draw(parse_spec(faults), seed, ClosTopology(**sc["topology"]))
+        sc["faults"] = drawn
+        sc["failures"] = list(sc.get("failures", [])) + drawn["failures"]
+    if harness_bug:
+        from .invariants import HARNESS_BUGS
+        if harness_bug not in HARNESS_BUGS:
+            raise ValueError(f"unknown harness bug {harness_bug!r} ({', '.join(HARNESS_BUGS)})")
+        sc["harness_bug"] = harness_bug
     texts, tables, cfgs = _resolve(sc)
     ports = sc["topology"]["planes"]
     for k, tb in enumerate(tables):
@@ -845,6 +865,9 @@ if cocotb is not None:
         ports = sc["topology"]["planes"]
         # --pcap: every link tapped (one pcapng interface per link direction); else none
         topo, fabric = _fabric_for(sc, pcap="all" if job.get("pcap") else None)
+        if sc.get("faults"):                # seeded random faults (sim/faults.py)
+            from .faults import FaultInjector
+            fabric.faults = FaultInjector(sc["faults"], fabric)
         wrs = job["wrs"]
         top = max([mr.base + mr.length for c in cfgs for mr in c.memory_regions]
                   + [w["local_addr"] + w["length"] for w in wrs])
@@ -871,6 +894,17 @@ if cocotb is not None:
             dst.write(w["dst_addr"], bytes(b ^ 0xFF for b in data))
             dst.write(w["dst_addr"] + w["length"], b"\x5a" * _GUARD)
 
+        from mrcnic.config import rel_qp_configs
+
+        from .invariants import RunChecker
+        checker = RunChecker(wrs, datas, cfgs, [rel_qp_configs(c, t) for c, t in zip(cfgs, tables)],
+                             sc.get("harness_bug"))
+        mems = [n.mem for n in nics]
+        checker.snapshot(mems)
+        # with faults, a run also waits for every send completion (a lost last ACK is
+        # recovered by the sender's timeout, after the receiver completed)
+        wait_tx = bool(sc.get("faults") or sc.get("harness_bug")) and not job.get("serve")
+        checker.check_tx = wait_tx
         obs = _Observer(tables[0].trim_dscp)
         clk_edge = RisingEdge(dut.clk)
 
@@ -960,12 +994,14 @@ if cocotb is not None:
             for k in receivers:
                 if int(nics[k].cpl_valid.value):
                     c = unpack(Completion, int(nics[k].cpl_payload.value))
-                    completions.append(dict(nic=k, qp=int(c["qp"]), psn=int(c["psn"]),
-                                            t_ns=now))
+                    if serve or checker.rx_completion(k, int(c["qp"]), now, mems):
+                        completions.append(dict(nic=k, qp=int(c["qp"]), psn=int(c["psn"]),
+                                                t_ns=now))
             for n in nics:
                 if int(n.sig("send_cpl__valid").value):
                     c = unpack(Completion, int(n.sig("send_cpl__payload").value))
                     send_cpls.append(dict(nic=n.k, qp=int(c["qp"]), psn=int(c["psn"]), t_ns=now))
+                    checker.tx_completion(n.k, int(c["qp"]))
             for n in nics:
                 if int(n.sig("ev_tap_valid").value):
                     e = unpack(EvEvent, int(n.sig("ev_tap").value))
@@ -996,7 +1032,7 @@ if cocotb is not None:
                 break
             if done_at is None and all(
                     sum(1 for c in completions if c["nic"] == k) >= expected[k] * rounds
-                    for k in receivers):
+                    for k in receivers) and (not wait_tx or min(checker.tx_cpl) >= 1):
                 if serve:               # serving: the scenario's transfers again, until stopped
                     rounds += 1
                     post_round()
@@ -1027,6 +1063,17 @@ if cocotb is not None:
         if server is not None:
             server.stop()
             bridge.fail_pending()
+
+        # ---- invariants (sim/invariants.py) ----------------------------------------------
+        invariants = None
+        if not serve:
+            injected = fabric.faults.counters() if fabric.faults is not None else None
+            invariants = checker.finish(
+                mems, complete=done_at is not None, stalled=stalled,
+                limit_hit=done_at is None and not stalled and not interrupted,
+                conservation=fabric.conservation(), injected=injected,
+                nic_drops=[n.drops() for n in nics], hosts=[n.host for n in nics],
+                events=events)
 
         # ---- memory check ---------------------------------------------------------------
         posted = delivered = mismatched = 0
@@ -1089,6 +1136,12 @@ if cocotb is not None:
             drops=dict(fabric=fc["drops"], nic=_sum_dicts(nic_drops)),
             nic_counters=nic_counters, nic_drops=nic_drops,
             fabric_ports=fc["ports"], background_frames=bg_sent,
+            faults=None if not sc.get("faults") else dict(
+                sc["faults"], injected=fabric.faults.counters()),
+            invariants=invariants, harness_bug=sc.get("harness_bug"),
+            verdict=None if invariants is None else
+            ("pass" if all(v["ok"] for v in invariants.values()) else "fail"),
+            conservation=fabric.conservation(),
             completions=completions, send_completions=send_cpls, cwnd=cwnd,
             throughput=dict(bin_ns=bin_ns, t0_ns=t0, t_ns=thr["t_ns"], planes=thr["planes"]),
             sim=dict(cycles=cycles, t0_ns=t0, end_ns=end, cocotb_wall_s=round(wall, 2),
