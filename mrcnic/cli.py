@@ -608,3 +608,11 @@ main.add_command(_fw)
 
 if __name__ == "__main__":
     main()
+
+
+# fault campaigns, sweeps and the receive-path fuzzer (mrcnic/campaign_cli.py)
+from .campaign_cli import campaign, fuzz, sweep  # noqa: E402
+
+main.add_command(campaign)
+main.add_command(sweep)
+main.add_command(fuzz)
