@@ -42,7 +42,9 @@ def test_mrc_ctl_api_on_a_live_nic(tmp_path):
     with served(sc, tmp_path) as (target, client, _):
         c = MrcCtlContext(client, lock=BUS)
         d = c.mrc_ctl_query_device()
-        assert d.ev.ev_max_count == 128 and d.ev.ev_free_count == 120 and d.phy_port_mask == 0b11110
+        depth = client.read("ID_PATH_DEPTH")
+        assert d.ev.ev_max_count == depth and d.ev.ev_free_count == depth - 8
+        assert d.phy_port_mask == 0b11110
         assert d.cc.algorithms == ["uet-1.0-nscc"] and list(c.ev_profiles) == [1]
 
         # 1. the link failure: the NIC marks an EV ASSUMED_BAD and reports an EV event
@@ -94,14 +96,25 @@ def test_mrc_ctl_api_on_a_live_nic(tmp_path):
         c.mrc_ctl_modify_ev_profile(1, MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(
             MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE, [MrcCtlEvOpEntry(MrcCtlEv(dv, dp), state=GOOD)])), OP)
 
-        # 5. the OCP examples' profiles created in the live NIC, read back with the same EVs
+        # 5. the OCP examples' profiles created in the live NIC and read back with the same
+        # EVs, one after the other in the free entries (the first ev_free_count EVs of each,
+        # as the documents clamp ev_count to the device), then taken back to INIT
         ocp = load_config(EXAMPLES / "ocp_mrc_examples.toml")
-        ids = load_config_profiles(c, ocp)
-        for name, pid in ids.items():
-            assert ev_array(c, pid) == [(e.ev, e.port + 1, GOOD) for e in ocp.ev_profiles[name].entries]
-        assert c.mrc_ctl_query_device().ev.ev_free_count == 120 - 80
+        free = c.mrc_ctl_query_device().ev.ev_free_count
+        for name, prof in ocp.ev_profiles.items():
+            prof.entries = prof.entries[:free]
+            prof.ev_min_active = min(prof.ev_min_active, len(prof.entries))
+            pid = load_config_profiles(c, ocp, [name])[name]
+            assert ev_array(c, pid) == [(e.ev, e.port + 1, GOOD) for e in prof.entries], name
+            assert c.mrc_ctl_query_device().ev.ev_free_count == free - len(prof.entries)
+            for state in (MrcCtlProfileState.MRC_CTL_PROFILE_OFFLINE, MrcCtlProfileState.MRC_CTL_PROFILE_INIT):
+                c.mrc_ctl_modify_ev_profile(pid, MrcCtlEvProfileAttr(profile_state=state), ST)
+        assert c.mrc_ctl_query_device().ev.ev_free_count == free
+        with BUS:
+            assert client.read_table("path", 0)["ev"] == arr2[0][0]       # profile 1 untouched
         try:
-            load_config_profiles(c, ocp)                      # no room for a second copy
+            ocp.ev_profiles["exp_stev"].entries *= 2                   # more than the room left
+            load_config_profiles(c, ocp, ["exp_stev"])
         except OSError as exc:
             assert exc.errno == errno.E2BIG
         else:
