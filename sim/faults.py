@@ -171,8 +171,9 @@ class FaultInjector:
     ----------
     injected : dict
         Counts per fault kind: ``loss``, ``fcs`` (corrupted into a switch, dropped there),
-        ``corrupt_to_host`` (ICRC-corrupted frames handed to a host, by host index under
-        ``corrupt_by_host``), ``dup``, ``reorder``, ``trim``.
+        ``corrupt_to_host`` (ICRC-corrupted frames sent on a last hop; those that reached
+        the host, copies included, by host index under ``corrupt_by_host``), ``dup``,
+        ``reorder``, ``trim``.
     """
 
     def __init__(self, drawn: dict, fabric):
@@ -196,6 +197,16 @@ class FaultInjector:
             self.injected["loss"] += 1
             return
         to_host = port.dst in self.fabric._host_of_node
+        # queue pressure at the switch egress this frame left from (before the wire)
+        if rates["trim"] and port.src in self.fabric.switches and r() < rates["trim"] \
+                and _is_data(frame) and not _is_trimmed(frame, self.trim_dscp):
+            try:
+                frame = wire.trim_frame(frame, self.trim_dscp)
+                port.stats.trimmed += 1
+                self.injected["trim"] += 1
+            except ValueError:
+                pass
+        # then the wire: a corrupted frame
         if rates["corrupt"] and r() < rates["corrupt"]:
             if not to_host:
                 port.stats.drops["fcs"] += 1          # the switch's MAC checks the FCS
@@ -205,16 +216,7 @@ class FaultInjector:
             if bad is not None:
                 frame = bad
                 self.injected["corrupt_to_host"] += 1
-                h = self.fabric._host_of_node[port.dst]
-                self.corrupt_by_host[h] = self.corrupt_by_host.get(h, 0) + 1
-        if rates["trim"] and port.src in self.fabric.switches and r() < rates["trim"] \
-                and _is_data(frame) and not _is_trimmed(frame, self.trim_dscp):
-            try:
-                frame = wire.trim_frame(frame, self.trim_dscp)
-                port.stats.trimmed += 1
-                self.injected["trim"] += 1
-            except ValueError:
-                pass
+                deliver = _CountDelivered(self, self.fabric._host_of_node[port.dst], deliver)
         copies = 1
         if rates["dup"] and r() < rates["dup"]:
             copies = 2
@@ -249,6 +251,23 @@ class FaultInjector:
         """What was injected (see the class), plus ``pending`` frames still held back."""
         return dict(self.injected, corrupt_by_host=dict(self.corrupt_by_host),
                     pending=self.pending)
+
+
+class _CountDelivered:
+    """Delivers a corrupted frame and counts it per host once it really reached the host
+    (a held-back copy may be lost to a link failure first)."""
+
+    __slots__ = ("inj", "host", "deliver")
+
+    def __init__(self, inj, host, deliver):
+        self.inj, self.host, self.deliver = inj, host, deliver
+
+    def __call__(self, port, frame, epoch):
+        before = len(self.inj.fabric.delivered)
+        self.deliver(port, frame, epoch)
+        if len(self.inj.fabric.delivered) > before:
+            h = self.host
+            self.inj.corrupt_by_host[h] = self.inj.corrupt_by_host.get(h, 0) + 1
 
 
 class _Later:
