@@ -374,11 +374,14 @@ class MrcCtlCcProfileAttr:
 
 @dataclass
 class MrcCtlEvEvent:
-    """``struct mrc_ctl_ev_event`` (1.0.1, with ``state``)."""
+    """``struct mrc_ctl_ev_event`` (1.0.1, with ``state``); ``index`` (the path-table
+    entry, i.e. which copy) and ``reason`` (``EvEventReason``) are mrcnic's additions."""
     profile_id: int
     ev: MrcCtlEv
     drop_count: int
     state: MrcCtlEvState
+    index: int | None = None
+    reason: object = None
 
 
 @dataclass
@@ -1167,7 +1170,8 @@ class MrcCtlContext:
                 if prof is not None and state & ~MrcCtlEvState.MRC_CTL_EV_DENIED \
                         and not prof.ev_event_mask & state:
                     continue
-                out.append(MrcCtlEvEvent(pid or 0, MrcCtlEv(rec["ev"], rec["port"] + 1), 0, state))
+                out.append(MrcCtlEvEvent(pid or 0, MrcCtlEv(rec["ev"], rec["port"] + 1), 0, state,
+                                         ev.index, ev.reason))
         return out
 
     # ---- endpoint requests (EV probes) -------------------------------------------------
