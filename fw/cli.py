@@ -489,15 +489,17 @@ def ev_probe(obj, ev_value, profile, wait):
 @click.pass_obj
 @_guard
 def events(obj, limit):
-    """Pop and print the queued EV events (OCP MRC 1.0 EV events)."""
-    c, out, evs = obj.client, [], {}
+    """Pop and print the queued EV events (mrc_ctl_poll_ev_event)."""
+    from .mrc_ctl import MrcCtlEvState
+    hw = {MrcCtlEvState.MRC_CTL_EV_GOOD: "GOOD", MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD: "ASSUMED_BAD",
+          MrcCtlEvState.MRC_CTL_EV_DENIED: "DENIED"}
+    ctl, out = _ctl(obj), []
     while len(out) < limit:
-        e = c.pop_event()
-        if e is None:
+        got = ctl.mrc_ctl_poll_ev_event(1)
+        if not got:
             break
-        if e.index not in evs:
-            evs[e.index] = c.read_table("path", e.index)["ev"]
-        out.append(dict(index=e.index, ev=evs[e.index], state=e.state.name, reason=e.reason.name))
+        e = got[0]
+        out.append(dict(index=e.index, ev=e.ev.val, state=hw[e.state], reason=e.reason.name))
     obj.emit(out, lambda: _table(f"{len(out)} EV events", ("index", "EV", "state", "reason"),
                                  [(r["index"], f"{r['ev']:#x}", r["state"], r["reason"])
                                   for r in out]))
