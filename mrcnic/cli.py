@@ -181,12 +181,14 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
         except (ValueError, OSError) as exc:
             _fail(str(exc))
     table = Table(title=f"mrcnic replay: {report['frames']} frames")
-    for col in ("#", "plane", "bytes", "verdict"):
+    for col in ("#", "plane", "bytes", "verdict", "fate"):
         table.add_column(col, justify="right")
     for v in report["verdicts"][:200]:
-        style = None if v["verdict"] == "accepted" else "red"
+        fate = v.get("fate", v["verdict"])
+        style = ("red" if v["verdict"] != "accepted" else None if fate.startswith("placed")
+                 else "yellow")
         table.add_row(str(v["index"]), str(v["plane"]), str(v["length"]), v["verdict"],
-                      style=style)
+                      fate, style=style)
     console.print(table)
     if len(report["verdicts"]) > 200:
         console.print(f"... {len(report['verdicts']) - 200} more (see --json)")

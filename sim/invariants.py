@@ -9,7 +9,9 @@ counters), not from the NICs' own counters alone:
 ``completions``      exactly one receive completion per message, raised after its last
                      byte was in memory (the range is compared when the completion is seen),
                      and exactly one send completion per message at its sender.
-``no_hang``          the run ended by completing, not by the stall or time limit.
+``no_hang``          the run ended by completing, not by the stall or time limit (with
+                     random faults the time limit is at least ``FAULT_TIME_LIMIT`` = 50 x
+                     ``ideal_ns``, :mod:`mrcnic.sim.cosim`).
 ``drops_accounted``  every frame sent into the fabric was delivered, dropped under a named
                      reason or is still in the fabric (:meth:`Fabric.conservation`), and
                      every corrupted frame handed to a NIC was dropped by it (its parser's
