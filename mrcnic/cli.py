@@ -203,7 +203,8 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
 
 @main.command()
 @click.option("--scenario", default="default", show_default=True,
-              help="Built-in scenario: default, clean, plane-down, link-flap, trim-incast, ecn.")
+              help="Built-in scenario (default, clean, plane-down, link-flap, trim-incast, "
+                   "incast-8, ecn) or a scenario file FILE.toml (docs/scenarios.md).")
 @click.option("--json", "json_path", type=OUT_FILE, default=None,
               help="Write the report as JSON.")
 @click.option("--pcap", type=OUT_FILE, default=None,
@@ -247,10 +248,12 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
     1 when the transfer is incomplete or corrupted; 130 when an ordinary run is interrupted.
     """
     from .sim.cosim import run_cosim
-    from .sim.scenarios import scenario_names
+    from .sim.scenario_file import resolve_scenario
 
-    if scenario not in scenario_names():
-        _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
+    try:        # a built-in name or a file, both read by the scenario-file loader
+        sc = resolve_scenario(scenario, size=size)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
     if faults is not None:
         from .sim.faults import parse_spec
         try:
@@ -260,7 +263,7 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
     kept = bool(build_dir or keep or waves)
     with _build_dir(build_dir, kept, "sim") as bdir:
         try:
-            report = run_cosim(scenario, size=size, json_path=json_path, pcap=pcap, plot=plot,
+            report = run_cosim(sc, json_path=json_path, pcap=pcap, plot=plot,
                                waves=waves, build_dir=bdir, progress=True, serve=serve_port,
                                serve_time_us=serve_time_us, serve_nic=serve_nic,
                                faults=faults, seed=seed, harness_bug=harness_bug)

@@ -8,7 +8,10 @@ Everything a command reads at run time travels with the installed package, so a 
   ``mrcnic sim`` scenarios name them as ``examples/<file>``;
 * ``wireshark/mrcnic.lua`` -- the Wireshark dissector (package ``mrcnic.wireshark``).
 
-The built-in scenarios themselves are Python data (:mod:`mrcnic.sim.scenarios`).
+The built-in scenarios are Python data (:mod:`mrcnic.sim.scenarios`) and, identical (a
+test compares them), scenario files ``examples/scenarios/<name>.toml`` (package
+``mrcnic.examples.scenarios``) that ``mrcnic sim`` reads with the loader of user-written
+scenario files (:mod:`mrcnic.sim.scenario_file`).
 """
 
 from __future__ import annotations

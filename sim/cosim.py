@@ -237,8 +237,10 @@ def _resolve(sc: dict):
             rel["probe_interval"] = max(2000, (1024 << rel["ack_timeout_exp"]) // CLK_NS)
         sc["reliability"] = rel
         sc["cc"] = sc.get("cc") or dflt["cc"]
+        lb = {k: sc[k] for k in ("ev_format", "ev_min_active", "seed") if k in sc}
         texts = make_configs(topo, sc["nics"], sc["transfers"], sc["evs"],
-                             region_bytes=max(1, n_in) * stride, pmtu=pmtu, cc=sc["cc"])
+                             region_bytes=max(1, n_in) * stride, pmtu=pmtu, cc=sc["cc"],
+                             **lb)      # load-balancing mode (sim/scenario_file.py)
         sources = [f"<{sc['name']}:nic{k}>" for k in range(len(texts))]
     cfgs = [loads_config(t, s) for t, s in zip(texts, sources)]
     return texts, [compile_tables(c) for c in cfgs], cfgs

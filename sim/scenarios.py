@@ -228,7 +228,9 @@ def _qpn(transfer: int, side: int) -> int:
 
 
 def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs: int,
-                 region_bytes: int, pmtu: int = 1024, cc: dict | None = None) -> list[str]:
+                 region_bytes: int, pmtu: int = 1024, cc: dict | None = None,
+                 ev_format: str = "SRV6", ev_min_active: int | str | None = None,
+                 seed: int = 0) -> list[str]:
     """TOML configuration text of every NIC of a generated scenario.
 
     NIC *k* sits on host ``nics[k]``.  Each transfer gets a QP at its source
@@ -238,7 +240,18 @@ def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs
     Each NIC has one memory region of ``region_bytes`` at VA :data:`REGION_VA`,
     host address :data:`REGION_BASE`, rkey ``0x1000 + k``.  ``cc`` (NSCC
     parameters, ``[cc_profiles]`` keys) makes every QP use that CC profile.
+
+    Load-balancing modes (:mod:`mrcnic.sim.scenario_file`): ``ev_min_active`` ``"all"``
+    sets each profile's floor to its size (no EV is ever marked ASSUMED_BAD), an int sets
+    it, ``None`` keeps ``evs // 8``.  ``ev_format`` ``"STEV"`` or ``"UDP"`` (``ecmp`` mode)
+    gives each QP one EV -- ``random.Random(seed * 65536 + QPN)``, 32 bits (STEV) or 14
+    (UDP) -- on every plane, and the peer's address as destination (``peer_ipv6``): the
+    fabric's ECMP hash picks the path.  Raises ``ValueError`` for another format.
     """
+    import random
+
+    if ev_format not in ("SRV6", "STEV", "UDP"):
+        raise ValueError(f"ev_format must be SRV6, STEV or UDP, not {ev_format!r}")
     out = []
     for k, host in enumerate(nics):
         lines = [
@@ -252,25 +265,36 @@ def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs
                       f'next_hop_mac = "02:00:00:01:{p:02x}:{leaf:02x}"', ""]
         lines += ["[[memory_regions]]", f"va = {REGION_VA:#x}", f"length = {region_bytes}",
                   f"rkey = {0x1000 + k:#x}", f"base = {REGION_BASE:#x}", "",
-                  "[ev_format_profiles.srv6]", 'mode = "SRV6"', ""]
+                  f"[ev_format_profiles.{ev_format.lower()}]", f'mode = "{ev_format}"', ""]
         qps = []
         for i, t in enumerate(transfers):
             for side, (me, peer) in enumerate(((t["src"], t["dst"]), (t["dst"], t["src"]))):
                 if me != k:
                     continue
                 prof = f"t{i}_to_nic{peer}"
-                entries = topo.ev_profile(host, nics[peer], evs)
-                lines += [f"[ev_profiles.{prof}]", 'format = "srv6"', 'type = "explicit"',
-                          f"ev_min_active = {max(1, evs // 8)}", "entries = ["]
-                lines += [f"  {{ ev = {e.ev:#x}, port = {e.port}, usids = "
-                          f"[{', '.join(f'{u:#06x}' for u in e.usids)}] }}," for e in entries]
+                if ev_format == "SRV6":
+                    entries = topo.ev_profile(host, nics[peer], evs)
+                    rows = [f"  {{ ev = {e.ev:#x}, port = {e.port}, usids = "
+                            f"[{', '.join(f'{u:#06x}' for u in e.usids)}] }},"
+                            for e in entries]
+                else:
+                    ev = random.Random(seed * 65536 + _qpn(i, side)).getrandbits(
+                        32 if ev_format == "STEV" else 14)
+                    rows = [f"  {{ ev = {ev:#x}, port = {p} }}," for p in range(topo.planes)]
+                floor = (max(1, evs // 8) if ev_min_active is None else
+                         len(rows) if ev_min_active == "all" else int(ev_min_active))
+                lines += [f"[ev_profiles.{prof}]", f'format = "{ev_format.lower()}"',
+                          'type = "explicit"', f"ev_min_active = {floor}", "entries = ["]
+                lines += rows
                 lines += ["]", ""]
-                qps.append((_qpn(i, side), _qpn(i, 1 - side), prof))
+                qps.append((_qpn(i, side), _qpn(i, 1 - side), prof,
+                            None if ev_format == "SRV6" else topo.host_ip(nics[peer])))
         if cc:
             lines += ["[cc_profiles.scenario]"] + [f"{k} = {v!r}" for k, v in cc.items()] + [""]
-        for qpn, peer_qpn, prof in qps:
+        for qpn, peer_qpn, prof, peer_ip in qps:
             lines += ["[[qps]]", f"qpn = {qpn:#x}", f"peer_qpn = {peer_qpn:#x}",
-                      f'ev_profile = "{prof}"'] + (['cc_profile = "scenario"'] if cc else []) + [""]
+                      f'ev_profile = "{prof}"'] + (['cc_profile = "scenario"'] if cc else []) \
+                + ([f'peer_ipv6 = "{peer_ip}"'] if peer_ip else []) + [""]
         out.append("\n".join(lines))
     return out
 

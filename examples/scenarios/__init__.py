@@ -1,0 +1,1 @@
+"""The built-in ``mrcnic sim`` scenarios as scenario files (package ``mrcnic.examples.scenarios``)."""
