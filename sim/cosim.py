@@ -496,10 +496,20 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         rep["waves"] = str(build_dir / "sim" / "mrcnic_cosim.fst")
     report_mod.annotate(rep, served=serve is not None, stop_file=stop_file,
                         lower_bound_ns=times["lower_bound_ns"])
+    if serve is None and rep.get("send_completions") is not None:
+        from .flows import flow_stats       # per-flow FCT / throughput, per-link load
+        rep["flows"] = flow_stats(rep, sc)
     if json_path:
         report_mod.write_json(rep, json_path)
     if plot:
         report_mod.plot_throughput(rep, plot)
+        if rep.get("flows"):                # beside it: <stem>-fct.png, <stem>-links.png
+            from .flows import plot_fct_cdf, plot_link_load
+            p = Path(plot)
+            plot_fct_cdf({sc["name"]: [f["fct_ns"] for f in rep["flows"]["flows"]]},
+                         p.with_name(p.stem + "-fct.png"), f"{sc['name']}: FCT CDF")
+            plot_link_load(rep["flows"], sc, p.with_name(p.stem + "-links.png"),
+                           f"{sc['name']}: fabric link load")
     return rep
 
 

@@ -32,7 +32,8 @@ Load-balancing modes (``lb``, the sender's; same RTL, only settings):
 * ``"ecmp"``: RoCEv2 over an ECMP fabric: each QP has one EV (a seeded random 32-bit value,
   like a hashed UDP source port) in STEV mode, one entry per plane, ``ecn_hold = 0`` and no
   ASSUMED_BAD; the fabric's hash picks its spine in every plane.  Needs
-  ``fabric.routing = "ecmp"``.
+  ``fabric.routing = "ecmp"``; ``ev_format = "UDP"`` carries the EV in the UDP source port
+  only (14 bits).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ if sys.version_info >= (3, 11):
 else:                                   # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["load_scenario", "loads_scenario", "resolve_scenario", "builtin_scenario_file",
+__all__ = ["FABRIC_DEFAULTS", "load_scenario", "loads_scenario", "resolve_scenario", "builtin_scenario_file",
            "traffic_transfers",
            "dumps_scenario", "LB_MODES", "PATTERNS"]
 
@@ -64,14 +65,19 @@ _FABRIC = {  # key: (type, min, max); None = no bound
     "trim_queue_bytes": (int, 0, 1 << 30), "routing": (str, ("usid", "ecmp")),
     "ecmp_detect_ns": (float, 0.0, None), "ecmp_seed": (int, 0, (1 << 32) - 1),
 }
-_FABRIC_REQUIRED = ("rate_gbps", "latency_ns", "host_latency_ns")
+_FABRIC_REQUIRED = ("rate_gbps", "latency_ns")
+#: values of the fabric keys a file leaves out (the built-in scenarios' fabric)
+FABRIC_DEFAULTS = dict(host_latency_ns=100.0, switch_latency_ns=0.0, queue_bytes=256 * 1024,
+                       ecn_threshold_bytes=64 * 1024, trim=True, trim_dscp=46,
+                       trim_queue_bytes=8 * 1024)
 _TOPOLOGY = {"planes": (1, 16), "leaves": (1, 256), "spines": (1, 256),
              "hosts_per_leaf": (1, 0x0F00), "locator_block": (0, (1 << 32) - 1)}
 _RELIABILITY = {"ack_timeout_exp": (0, 31), "retry_count": (0, 255),
                 "probe_interval": (1, (1 << 32) - 1), "ecn_hold": (0, (1 << 32) - 1)}
 _CC = ("base_rtt_ns", "target_delay_ns", "max_cwnd_bytes", "min_cwnd_bytes",
        "initial_cwnd_bytes")
-_TOP = {"description", "expect", "size", "test_size", "evs", "lb", "seed", "nics", "configs",
+_TOP = {"description", "expect", "size", "test_size", "evs", "lb", "ev_format", "seed", "nics",
+        "configs",
         "linger_ns", "time_limit", "ack_every", "ack_timeout", "stall_ns", "topology",
         "fabric", "traffic", "transfers", "failures", "slow_links", "background",
         "reliability", "cc"}
@@ -197,6 +203,9 @@ def loads_scenario(text: str, source: str = "<string>", name: str = "custom") ->
         c.fail("traffic", "give either [traffic] or [[transfers]], not both")
     if "traffic" not in doc and "transfers" not in doc:
         c.fail("transfers", "missing: give [[transfers]] or a [traffic] matrix")
+    for k, v in FABRIC_DEFAULTS.items():
+        fabric.setdefault(k, v)
+    fabric.setdefault("host_rate_gbps", fabric["rate_gbps"])
     nics = [c.int(h, f"nics[{i}]", 0, hosts - 1) for i, h in enumerate(c.list(doc["nics"], "nics"))]
     if len(nics) < 2:
         c.fail("nics", "a scenario needs at least two NICs")
@@ -284,7 +293,9 @@ def loads_scenario(text: str, source: str = "<string>", name: str = "custom") ->
     if "lb" in doc:
         lb = c.str(doc["lb"], "lb", LB_MODES)
         sc["lb"] = lb
-        _apply_lb(c, sc, lb)
+        _apply_lb(c, sc, lb, c.str(doc.get("ev_format", "STEV"), "ev_format", ("STEV", "UDP")))
+    if "ev_format" in doc and sc.get("lb") != "ecmp":
+        c.fail("ev_format", "applies to lb = 'ecmp' only (STEV or UDP)")
     if fabric.get("routing") == "ecmp" and "ecmp_detect_ns" not in fabric:
         fabric["ecmp_detect_ns"] = 50_000.0
     sc["name"] = name
@@ -381,7 +392,7 @@ def _failure(c: _Checker, f, key: str, topology: dict) -> dict:
             "at": c.num(f["at"], f"{key}.at", lo=0)}
 
 
-def _apply_lb(c: _Checker, sc: dict, lb: str):
+def _apply_lb(c: _Checker, sc: dict, lb: str, ev_format: str = "STEV"):
     """The load-balancing mode as settings (module docstring)."""
     if lb == "mrc":
         return
@@ -395,7 +406,7 @@ def _apply_lb(c: _Checker, sc: dict, lb: str):
     else:
         if sc["fabric"].get("routing") != "ecmp":
             c.fail("fabric.routing", "lb = 'ecmp' needs routing = 'ecmp' (a fabric that hashes)")
-        sc["ev_format"] = "STEV"
+        sc["ev_format"] = ev_format
         sc["ev_min_active"] = "all"
 
 
