@@ -75,7 +75,8 @@ def test_clean_transfer_exact_with_report_pcap_plot(tmp_path):
     # pcap: every frame dissects in Scapy, carries a valid ICRC; data frames carry the source
     # bytes for their VA; ACKs echo the EV of data that was sent.
     frames = rdpcap(str(pcap))
-    assert len(frames) == rep["pcap_frames"] == 2 * (n_pkts + rep["acks_sent"])
+    # every frame once per link it crosses: host up, leaf -> spine, spine -> leaf, leaf -> host
+    assert len(frames) == rep["pcap_frames"] == 4 * (n_pkts + rep["acks_sent"])
     src = random.Random(1000).randbytes(size)
     va0 = 0x7F0000000000
     data_evs, acked_evs, seen = set(), set(), []
