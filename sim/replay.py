@@ -39,7 +39,9 @@ def run_replay(config, pcaps, *, out=None, json_path=None, raw=False, build_dir=
                waves=False) -> dict:
     """Replay ``pcaps`` into the receive path of the NIC described by ``config``.
 
-    Returns a report: per input frame its verdict, the memory ranges written,
+    Returns a report: per input frame its parser verdict and its final fate (placed,
+    discarded by the tracker as a duplicate or out of window, trimmed, ...: ``fate``,
+    :func:`mrcnic.sim.rx_tb.frame_fate`), the memory ranges written,
     the completions raised, and the ACK frames sent (also written to ``out``).
     """
     from mrcnic import wire
@@ -69,7 +71,8 @@ def run_replay(config, pcaps, *, out=None, json_path=None, raw=False, build_dir=
     ranges = _ranges(sorted(result.writes))
     report = dict(
         config=str(config), frames=len(fed),
-        verdicts=[dict(index=i, plane=p, length=len(f), verdict=v)
+        verdicts=[dict(index=i, plane=p, length=len(f), verdict=v,
+                       fate=(result.fates[i] if i < len(result.fates) else v))
                   for i, ((p, f), v) in enumerate(zip(fed, result.verdicts))],
         writes=[dict(addr=lo, length=hi - lo) for lo, hi in ranges],
         bytes_written=len(result.writes),

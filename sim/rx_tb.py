@@ -29,7 +29,7 @@ from mrcnic.rtl.layouts import PathEntry
 from mrcnic.rtl.rx import RxPipeline
 from mrcnic.rtl.spray import SprayScheduler
 
-__all__ = ["RxHarness", "RxJob", "RxResult", "run_rx"]
+__all__ = ["RxHarness", "RxJob", "RxResult", "run_rx", "frame_fate"]
 
 
 class RxHarness(wiring.Component):
@@ -106,6 +106,10 @@ class RxResult:
     frame_cycles: list = field(default_factory=list)
     build_dir: str = ""
     plane_drops: list = field(default_factory=list)   # per plane: reason -> count
+    #: per input frame (verdicts mode) its final fate: "placed N bytes", "duplicate",
+    #: "out of window", "trimmed", "ACK", "probe", "accepted, nothing placed" or
+    #: "dropped:<REASON>" (see :func:`frame_fate`)
+    fates: list = field(default_factory=list)
 
 
 def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
@@ -133,7 +137,42 @@ def run_rx(job: RxJob, build_dir=None, waves: bool = False) -> RxResult:
                     acks=[(p, bytes.fromhex(f)) for p, f in r["acks"]], drops=r["drops"],
                     counters=r["counters"], in_beats=r["in_beats"],
                     frame_cycles=r["frame_cycles"], in_cycles=r["in_cycles"],
-                    build_dir=str(build_dir), plane_drops=r["plane_drops"])
+                    build_dir=str(build_dir), plane_drops=r["plane_drops"],
+                    fates=r.get("fates", []))
+
+
+def frame_fate(verdict: str, frame: bytes, deltas: dict, trim_dscp: int) -> str:
+    """The final fate of one frame fed in verdicts mode.
+
+    ``verdict`` the parser's ("accepted" or "dropped:<REASON>"); ``deltas`` how the
+    receiver's counters moved while the frame was handled (``placed_bytes``,
+    ``duplicates``, ``out_of_window``); ``trim_dscp`` the NIC's trim DSCP.  A frame the
+    parser accepted can still be discarded by the SACK tracker (a duplicate, or outside the
+    receive window) or, trimmed, be NACKed and never placed.
+    """
+    if verdict != "accepted":
+        return verdict
+    if deltas.get("duplicates"):
+        return "duplicate: discarded by the tracker"
+    if deltas.get("out_of_window"):
+        return "out of window: discarded by the tracker"
+    if deltas.get("placed_bytes"):
+        return f"placed {deltas['placed_bytes']} bytes"
+    op, dscp = None, None
+    if len(frame) > 62 and frame[12:14] == b"\x86\xdd":
+        dscp = ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2
+        nh, off = frame[20], 54
+        if nh == 43 and len(frame) > 56:
+            nh, off = frame[54], 54 + 8 * (frame[55] + 1)
+        if nh == 17 and len(frame) > off + 8:
+            op = frame[off + 8]
+    if op in (0x0A, 0x0B) and dscp == trim_dscp:
+        return "trimmed: NACKed, not placed"
+    if op == 0x11:
+        return "ACK: consumed by the sender side"
+    if op == 0xC0:
+        return "probe: answered"
+    return "accepted, nothing placed"
 
 
 # --------------------------------------------------------------------------
@@ -300,9 +339,16 @@ if cocotb is not None:
                 if quiet > 60:
                     return
 
+        fates = []
+
+        def ctr():
+            return {n: int(getattr(dut, n).value)
+                    for n in ("placed_bytes", "duplicates", "out_of_window")}
+
         if job["verdicts"]:
             for plane, frame in frames:
                 before, acc_before = tb.drops(), int(dut.accepted.value)
+                c_before = ctr()
                 await tb.sources[plane % ports].send(frame)
                 await settle()
                 # Wait for the verdict, then for the writes and completion it causes.
@@ -316,6 +362,10 @@ if cocotb is not None:
                 verdicts.append("accepted" if acc_after > acc_before else
                                 ("dropped:" + moved[0]) if moved else "lost")
                 cpl_counts.append(len(tb.cpl.items))
+                c_after = ctr()
+                fates.append(frame_fate(verdicts[-1], frame,
+                                        {k: c_after[k] - c_before[k] for k in c_after},
+                                        tables.trim_dscp))
         else:
             for plane, frame in frames:
                 await tb.sources[plane % ports].send(frame)
@@ -344,7 +394,8 @@ if cocotb is not None:
                         accepted=int(dut.accepted.value),
                         mem_base=lo)
         Path(tb_param("out")).write_text(json.dumps(dict(
-            verdicts=verdicts, cpl_counts=cpl_counts, writes={str(k): v for k, v in tb.writes.items()},
+            verdicts=verdicts, fates=fates, cpl_counts=cpl_counts,
+            writes={str(k): v for k, v in tb.writes.items()},
             memory=memory.hex(), completions=completions, acks=acks, drops=tb.drops(),
             plane_drops=[tb.drops([i]) for i in range(tb.ports)],
             counters=counters, in_beats=tb.in_beats, frame_cycles=tb.frame_cycles,

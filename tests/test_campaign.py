@@ -171,3 +171,38 @@ def test_cluster_started_by_hand_gives_the_same_verdicts(tmp_path):
             return {r["seed"]: (r["verdict"], r["retransmissions"], r["inj_loss"],
                                 r["completion_ns"]) for r in csv.DictReader(fh)}
     assert rows(tmp_path / "local") == rows(tmp_path / "remote")
+
+
+# ---------------------------------------------------------------------------------------
+# mrcnic replay: each frame's final fate (not only the parser's verdict)
+# ---------------------------------------------------------------------------------------
+def test_frame_fate_names_what_happened():
+    from mrcnic.sim.rx_tb import frame_fate
+
+    assert frame_fate("dropped:ICRC", b"", {}, 46) == "dropped:ICRC"
+    assert frame_fate("accepted", b"", {"duplicates": 1}, 46).startswith("duplicate")
+    assert frame_fate("accepted", b"", {"out_of_window": 1}, 46).startswith("out of window")
+    assert frame_fate("accepted", b"", {"placed_bytes": 64}, 46) == "placed 64 bytes"
+    topo = ClosTopology(**TOPO)
+    enc = topo.encap(topo.ev_profile(0, 1, 4)[0])
+    f = wire.build_data_frame(src_mac=topo.host_mac(0), dst_mac="02:00:00:00:ff:ff",
+                              src_ip=topo.host_ip(0), path=enc, qpn=1, psn=0, va=0, rkey=1,
+                              payload=bytes(64))
+    assert frame_fate("accepted", wire.trim_frame(f, 46), {}, 46).startswith("trimmed")
+
+
+@pytest.mark.slow
+def test_replay_shows_a_duplicate_as_discarded(tmp_path):
+    """The same data frame twice: both pass the parser ("accepted"), the second is discarded
+    by the SACK tracker, and its fate says so."""
+    from mrcnic.resources import example
+    from mrcnic.sim.fuzz import _frames, _setup
+    from mrcnic.sim.rx_tb import RxJob, run_rx
+
+    tx, rx = _setup()
+    (p0, f0), (p1, f1) = _frames(tx, rx, random.Random(1).randbytes(2048), 1024)
+    r = run_rx(RxJob(str(example("nic1.toml")), frames=[(p0, f0), (p0, f0), (p1, f1)]),
+               tmp_path)
+    assert r.verdicts == ["accepted"] * 3
+    assert r.fates == ["placed 1024 bytes", "duplicate: discarded by the tracker",
+                       "placed 1024 bytes"]
