@@ -249,7 +249,8 @@ class WeightAgent:
         ident = self._hw("identify the NIC", None, c.identity)
         if self.ctl is None:            # EV events come through the controller API (mrc_ctl.h)
             from .mrc_ctl import MrcCtlContext
-            self.ctl = self._hw("open the controller context", None, MrcCtlContext, c)
+            self.ctl = self._hw("open the controller context", None, MrcCtlContext, c,
+                                None, None, ident)
         ranges, owner = {}, {}
         depth = min(c.regmap.table("path").depth, ident["ID_PATH_DEPTH"])
         prev, self.entries = self.entries, {}

@@ -508,7 +508,7 @@ class MrcCtlContext:
         window: give the same lock to every controller of one NIC).
     """
 
-    def __init__(self, client: CsrClient, config=None, lock=None):
+    def __init__(self, client: CsrClient, config=None, lock=None, ident: dict | None = None):
         import contextlib
         self.client = client
         self.lock = lock or contextlib.nullcontext()
@@ -519,7 +519,7 @@ class MrcCtlContext:
         self.profile_names: dict[int, str] = {}
         self._qp_profile: dict[int, int] = {}        # QP -> EV profile id
         with self._bus():
-            self.ident = client.identity()
+            self.ident = ident if ident is not None else client.identity()
             self._adopt()
 
     # ---- helpers -----------------------------------------------------------------------
@@ -575,8 +575,7 @@ class MrcCtlContext:
             prof = _EvProfile(ONLINE, MrcCtlEvMode.MRC_CTL_EV_MODE_EXP, None, count, 1, base=base,
                               _count=count, loader=lambda b=base, n=count: [
                                   self._read_entry(b + i) for i in range(n)])
-            rel = self.client.read_table("rel", qps[0])
-            prof.ev_min_active = rel["ev_min_active"]
+            prof.ev_min_active = None           # read from rel[qps[0]] when first needed
             name = names.get(rng)
             if name is not None:
                 cp = self.config.ev_profiles[name]
@@ -591,10 +590,19 @@ class MrcCtlContext:
             for q in qps:
                 self._qp_profile[q] = pid
         for q in range(nq):
-            if q in self._qp_profile:
-                rec = self.client.read_table("cc", q)
-                self.cc_profiles[q + 1] = _CcProfile(ONLINE, NSCC_ALGORITHM, _nscc_from_record(rec),
-                                                     {q})
+            if q in self._qp_profile:         # its NSCC record is read when first needed
+                self.cc_profiles[q + 1] = _CcProfile(ONLINE, NSCC_ALGORITHM, None, {q})
+
+    def _min_active(self, pid, prof) -> int:
+        if prof.ev_min_active is None:
+            qps = self.qps_of(pid)
+            prof.ev_min_active = self.client.read_table("rel", qps[0])["ev_min_active"] if qps else 1
+        return prof.ev_min_active
+
+    def _cc_cfg(self, cp) -> MrcCtlCcNsccCfg | None:
+        if cp.cfg is None and cp.state is ONLINE and cp.qps:
+            cp.cfg = _nscc_from_record(self.client.read_table("cc", min(cp.qps)))
+        return cp.cfg
 
     def _profile(self, pid) -> _EvProfile:
         if pid not in self.ev_profiles:
@@ -889,7 +897,7 @@ class MrcCtlContext:
             self._write_range(prof, offline=False)
             for q in self.qps_of(pid):
                 rel = self.client.read_table("rel", q)
-                if rel["ev_min_active"] != prof.ev_min_active:
+                if rel["ev_min_active"] != self._min_active(pid, prof):
                     rel["ev_min_active"] = prof.ev_min_active
                     self.client.write_table("rel", q, rel)
         elif (st, to) == (ONLINE, OFFLINE):
@@ -1050,7 +1058,8 @@ class MrcCtlContext:
         if mask & EPM.MRC_CTL_EV_PROFILE_COUNT:
             attr.ev_count = prof.size or (prof.ev_count or 0)
         if mask & EPM.MRC_CTL_EV_PROFILE_MIN_ACTIVE:
-            attr.ev_min_active = prof.ev_min_active
+            with self._bus():
+                attr.ev_min_active = self._min_active(ev_profile_id, prof)
         if mask & EPM.MRC_CTL_EV_PROFILE_EVENT_MASK:
             attr.ev_event_mask = prof.ev_event_mask
         with self._bus():
@@ -1081,7 +1090,8 @@ class MrcCtlContext:
                 _fail(_errno.EINVAL, f"algorithm {attr.algorithm!r}: mrcnic implements "
                                      f"{NSCC_ALGORITHM!r} only (CC cannot be disabled)")
             cp.algorithm = attr.algorithm
-        cfg = cp.cfg
+        with self._bus():
+            cfg = self._cc_cfg(cp)
         if mask & CPM.MRC_CTL_CC_PROFILE_CONFIG:
             if not isinstance(attr.cc_config, MrcCtlCcNsccCfg):
                 _fail(_errno.EINVAL, "cc_config must be an MrcCtlCcNsccCfg")
@@ -1120,7 +1130,8 @@ class MrcCtlContext:
         if mask & CPM.MRC_CTL_CC_PROFILE_ALGORITHM:
             attr.algorithm = cp.algorithm
         if mask & CPM.MRC_CTL_CC_PROFILE_CONFIG:
-            attr.cc_config = cp.cfg
+            with self._bus():
+                attr.cc_config = self._cc_cfg(cp)
         return attr
 
     def attach_qp(self, qp: int, ev_profile_id: int | None = None,
@@ -1137,7 +1148,7 @@ class MrcCtlContext:
                 rel = self.client.read_table("rel", qp)
                 ctx.update(profile_base=prof.base, profile_count=prof.size)
                 rel.update(profile_base=prof.base, profile_count=prof.size,
-                           ev_min_active=prof.ev_min_active)
+                           ev_min_active=self._min_active(ev_profile_id, prof))
                 self.client.write_table("txqp", qp, ctx)
                 self.client.write_table("rel", qp, rel)
                 self._qp_profile[qp] = ev_profile_id
@@ -1147,8 +1158,9 @@ class MrcCtlContext:
                     _fail(_errno.EINVAL, f"CC profile {cc_profile_id} is not ONLINE")
                 for other in self.cc_profiles.values():
                     other.qps.discard(qp)
+                cfg = self._cc_cfg(cp)
                 cp.qps.add(qp)
-                self.client.write_table("cc", qp, _nscc_record(cp.cfg))
+                self.client.write_table("cc", qp, _nscc_record(cfg))
 
     # ---- EV events ---------------------------------------------------------------------
     def mrc_ctl_poll_ev_event(self, num_entries: int) -> list:
