@@ -472,3 +472,30 @@ def resolve_scenario(spec: str, size: int | None = None, test: bool = False) -> 
         raise ValueError(f"size must be 1..{MAX_SIZE} bytes, not {size}")
     sc["size"] = int(size)
     return sc
+
+
+def write_builtin_files(folder=None) -> list[Path]:
+    """Write every built-in scenario dict of :mod:`mrcnic.sim.scenarios` as its file
+    (``examples/scenarios/<name>.toml`` of the repository by default), checking that each
+    reads back to the same dict; returns the paths.  Run after changing a built-in dict:
+    ``python -m mrcnic.sim.scenario_file``."""
+    from .scenarios import SCENARIOS
+
+    folder = Path(folder) if folder else Path(__file__).resolve().parents[1] / "examples" / "scenarios"
+    out = []
+    for name, sc in SCENARIOS.items():
+        text = (f"# Built-in scenario '{name}' of mrcnic sim (format: docs/scenarios.md).\n"
+                + dumps_scenario(sc))
+        back = loads_scenario(text, f"{name}.toml", name)
+        back.pop("name")
+        if back != sc:
+            raise ValueError(f"{name}: the file would not read back to the dict")
+        path = folder / f"{name}.toml"
+        path.write_text(text)
+        out.append(path)
+    return out
+
+
+if __name__ == "__main__":
+    for p in write_builtin_files():
+        print(f"wrote {p}")

@@ -245,8 +245,9 @@ def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs
     sets each profile's floor to its size (no EV is ever marked ASSUMED_BAD), an int sets
     it, ``None`` keeps ``evs // 8``.  ``ev_format`` ``"STEV"`` or ``"UDP"`` (``ecmp`` mode)
     gives each QP one EV -- ``random.Random(seed * 65536 + QPN)``, 32 bits (STEV) or 14
-    (UDP) -- on every plane, and the peer's address as destination (``peer_ipv6``): the
-    fabric's ECMP hash picks the path.  Raises ``ValueError`` for another format.
+    (UDP) -- on every plane (``evs // planes`` copies each: the profile has as many path
+    entries as an SRV6 one, so every mode runs on the same NIC build), and the peer's
+    address as destination (``peer_ipv6``): the fabric's ECMP hash picks the path.  Raises ``ValueError`` for another format.
     """
     import random
 
@@ -280,7 +281,10 @@ def make_configs(topo: ClosTopology, nics: list[int], transfers: list[dict], evs
                 else:
                     ev = random.Random(seed * 65536 + _qpn(i, side)).getrandbits(
                         32 if ev_format == "STEV" else 14)
-                    rows = [f"  {{ ev = {ev:#x}, port = {p} }}," for p in range(topo.planes)]
+                    cp = max(1, evs // topo.planes)    # as many path entries as SRV6
+                    rows = [f"  {{ ev = {ev:#x}, port = {p}"
+                            + (f", copies = {cp}" if cp > 1 else "") + " },"
+                            for p in range(topo.planes)]
                 floor = (max(1, evs // 8) if ev_min_active is None else
                          len(rows) if ev_min_active == "all" else int(ev_min_active))
                 lines += [f"[ev_profiles.{prof}]", f'format = "{ev_format.lower()}"',
