@@ -2,10 +2,8 @@
 
 :class:`WeightAgent` is the controller side of the OCP MRC 1.0 EV state machine
 (``mrc_ctl.h`` vocabulary: EV profiles, EV states GOOD / ASSUMED_BAD / DENIED,
-EV events, EV probes, weights).  It talks to the NIC through
-:class:`~mrcnic.fw.client.CsrClient` (``docs/register-map.md``) and takes its EV
-events through the controller API (``mrc_ctl_poll_ev_event`` of
-:class:`~mrcnic.fw.mrc_ctl.MrcCtlContext`), so it runs the
+EV events, EV probes, weights).  It talks to the NIC only through
+:class:`~mrcnic.fw.client.CsrClient` (``docs/register-map.md``), so it runs the
 same against a board (UART), a simulation (TCP) or the in-process model
 (:class:`~mrcnic.fw.transport.LoopbackTransport`).
 
@@ -82,13 +80,7 @@ from collections import Counter, deque
 from dataclasses import asdict, dataclass
 
 from ..rtl.layouts import EvEventReason, EvState
-from .client import CsrClient, EvEvent
-from .mrc_ctl import MrcCtlEvState
-
-#: mrc_ctl.h EV state -> the hardware's EvState value
-_HW_STATE = {MrcCtlEvState.MRC_CTL_EV_GOOD: EvState.GOOD.value,
-             MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD: EvState.ASSUMED_BAD.value,
-             MrcCtlEvState.MRC_CTL_EV_DENIED: EvState.DENIED.value}
+from .client import CsrClient
 
 __all__ = ["WeightAgent", "AgentError", "EntryStatus", "EntryState", "MAX_EVENTS_PER_STEP"]
 
@@ -225,7 +217,6 @@ class WeightAgent:
         self.profiles = {}
         self.stats = Counter()
         self._pending = deque()
-        self.ctl = None                 #: the MrcCtlContext (mrc_ctl.h) opened by start()
         self._counters = {}
         self._t0 = None
         self._ready = False
@@ -247,10 +238,6 @@ class WeightAgent:
         if self._t0 is None:
             self._t0 = self.clock()
         ident = self._hw("identify the NIC", None, c.identity)
-        if self.ctl is None:            # EV events come through the controller API (mrc_ctl.h)
-            from .mrc_ctl import MrcCtlContext
-            self.ctl = self._hw("open the controller context", None, MrcCtlContext, c,
-                                None, None, ident)
         ranges, owner = {}, {}
         depth = min(c.regmap.table("path").depth, ident["ID_PATH_DEPTH"])
         prev, self.entries = self.entries, {}
@@ -304,13 +291,11 @@ class WeightAgent:
         self.stats["periods"] += 1
         c = self.client
         while len(self._pending) < MAX_EVENTS_PER_STEP:
-            # mrc_ctl_poll_ev_event, one at a time (a failure loses no popped event)
-            got = self._hw("poll EV events", None, self.ctl.mrc_ctl_poll_ev_event, 1)
-            if not got:
+            ev = self._hw("pop EV_EVENT", None, c.pop_event)
+            if ev is None:
                 break
-            e = got[0]
             self.stats["events"] += 1
-            self._pending.append(EvEvent(e.index, EvState(_HW_STATE[e.state]), e.reason))
+            self._pending.append(ev)
         while self._pending:
             self._handle_event(self._pending[0])
             self._pending.popleft()                 # only once its action is done
