@@ -478,6 +478,68 @@ def bench_scenarios_cmd(json_path, names, simulator, build_dir, keep):
         raise RunFailed("a scenario did not show what it must (see the table)")
 
 
+@bench.command("fabric")
+@_BENCH_JSON
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["ecmp", "oblivious", "mrc"]),
+              help="Load-balancing mode (repeatable; default: ecmp, oblivious, mrc).")
+@click.option("--condition", "conditions", multiple=True,
+              type=click.Choice(["healthy", "slow", "failed"]),
+              help="Fabric condition (repeatable; default: healthy, slow, failed).")
+@click.option("--size", type=SIZE, default="32k", show_default=True,
+              help="Bytes per flow (one RDMA WRITE per NIC).")
+@click.option("--seed", type=click.IntRange(min=0), default=7, show_default=True,
+              help="Seed of the permutation (7: every flow crosses leaves).")
+@click.option("--plot", type=OUT_FILE, default=None, help="Write the FCT CDFs (PNG).")
+@click.option("--simulator", type=click.Choice(SIMULATORS), default=None,
+              help="HDL simulator (default: $MRCNIC_SIM, else verilator).")
+@_BENCH_DIR
+@_KEEP
+def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, build_dir, keep):
+    """Spray vs ECMP: a permutation across 8 RTL NICs on a 4-plane 2-tier Clos, healthy /
+    one fabric link at 25 % rate / that link failed mid-run, in each load-balancing mode
+    (mrcnic.sim.fabricbench).  Exit 1 when a run does not deliver every byte exactly."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .sim.fabricbench import CONDITIONS, MODES, run_fabric_bench
+
+    console = Console()
+    with _build_dir(build_dir, keep, "bench-fabric") as bdir:
+        try:
+            with console.status("bench fabric") as status:
+                res = run_fabric_bench(modes or MODES, conditions or CONDITIONS, size=size,
+                                       seed=seed, build_dir=bdir, simulator=simulator,
+                                       plot=plot, progress=lambda t: status.update(
+                                           f"bench fabric: {t} (8 NICs; first run builds)"))
+        except (ValueError, RuntimeError, OSError, AssertionError) as exc:
+            raise RunFailed(f"{exc} (build directory: {bdir})") from None
+    table = Table(title=f"bench fabric: 8-NIC permutation, {size // 1024} KiB per flow, "
+                        "per-flow throughput as a fraction of ideal")
+    for col in ("condition", "mode", "mean", "min", "mean Gb/s", "min Gb/s", "p99 FCT us",
+                "p99 x healthy", "retx", "trimmed", "EV events", "exact", "wall s"):
+        table.add_column(col, justify="right")
+    for r in res["runs"]:
+        exact = r["complete"] and r["bytes_delivered"] == r["bytes_posted"] \
+            and not r["bytes_mismatched"]
+        table.add_row(r["condition"], r["mode"], f"{r['mean_frac_ideal']:.2f}",
+                      f"{r['min_frac_ideal']:.2f}", f"{r['mean_gbps']:.2f}",
+                      f"{r['min_gbps']:.2f}", f"{r['fct_p99_us']}",
+                      "-" if r["p99_vs_healthy"] is None else f"{r['p99_vs_healthy']:.2f}",
+                      str(r["retransmissions"]), str(r["trimmed"]), str(r["ev_events"]),
+                      "yes" if exact else "NO", f"{r['wall_s']:.0f}")
+    console.print(table)
+    if json_path:
+        Path(json_path).write_text(json.dumps(res, indent=1))
+        click.echo(f"wrote {json_path}")
+    if plot:
+        click.echo(f"wrote {plot}")
+    if not all(r["complete"] and r["bytes_delivered"] == r["bytes_posted"]
+               and not r["bytes_mismatched"] for r in res["runs"]):
+        raise RunFailed("a run did not deliver every byte exactly (see the table)")
+
+
 def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, build_dir=None,
                keep=False):
     """Run one bench with a status line, print its table, write its JSON.
