@@ -150,7 +150,7 @@ SCENARIOS: dict[str, dict] = {
                     ecn_threshold_bytes=6 * 1024, trim_queue_bytes=8 * 1024),
         nics=[0, 1, 2, 3, 4, 5, 6, 7, 9],
         configs=None,
-        evs=32,
+        evs=16,             # one per path; the receiver's 8 reverse profiles fill 128 entries
         transfers=[{"src": k, "dst": 8} for k in range(8)],
         size=64 * 1024,
         test_size=16 * 1024,
