@@ -291,6 +291,9 @@ def _print_sim(scenario, report, outputs, kept):
         click.echo(f"build directory (Verilog, simulator log): {report['build_dir']}")
     for w in report.get("warnings", []):
         click.secho(f"warning: {w}", fg="yellow", err=True)
+    if (report.get("faults") or report.get("harness_bug")) and report.get("verdict") == "fail":
+        bad = [f"{n}: {v['detail']}" for n, v in report["invariants"].items() if not v["ok"]]
+        raise RunFailed("invariants failed: " + "; ".join(bad))
     if report["bytes_mismatched"]:
         raise RunFailed(f"{report['bytes_mismatched']} bytes mismatched")
     if report.get("stopped"):
@@ -301,9 +304,6 @@ def _print_sim(scenario, report, outputs, kept):
         sys.exit(EXIT_INTERRUPTED)
     if not report["complete"]:
         raise RunFailed("transfer incomplete" + (" (stalled)" if report.get("stalled") else ""))
-    if (report.get("faults") or report.get("harness_bug")) and report.get("verdict") == "fail":
-        bad = [f"{n}: {v['detail']}" for n, v in report["invariants"].items() if not v["ok"]]
-        raise RunFailed("invariants failed: " + "; ".join(bad))
 
 
 @main.group()
