@@ -5,7 +5,7 @@ earlier command's W beats were sent and every AW burst was answered on B.
 
 The rkey / VA / region checks happen upstream in the RX parser (``RxPacket.addr`` is
 already the checked host address); this block's rule is to write exactly where its
-command says.  Bounded at 7 clocks from reset (a few commands of any address and length,
+command says.  Bounded at 6 clocks from reset (a few commands of any address and length,
 with payload frames of any length, shorter or longer than the command).
 """
 
@@ -16,7 +16,7 @@ from mrcnic.rtl import placement
 from .formal import (drive_inputs, mutant, require_failed, require_proved, run_formal,
                      stream_rule)
 
-DEPTH = 7
+DEPTH = 6
 RING = 4         # reference ring of accepted commands (the block holds at most 3)
 
 
@@ -108,8 +108,8 @@ class PlacementProof(Elaboratable):
 
 
 @pytest.mark.formal
-def test_placement_bounded_7():
-    """Placement: strobes inside the command, in order; the completion fence; 7 clocks."""
+def test_placement_bounded_6():
+    """Placement: strobes inside the command, in order; the completion fence; 6 clocks."""
     require_proved(run_formal(PlacementProof(), "placement", mode="bmc", depth=DEPTH))
 
 
