@@ -161,7 +161,7 @@ class RunChecker:
                                    if self.check_tx else "one receive completion per message, ")
                                   + "after its last byte")
         # hang
-        why = "stalled" if stalled else "time limit" if limit_hit or not complete else ""
+        why = "stall detector" if stalled else "time limit" if limit_hit or not complete else ""
         out["no_hang"] = _inv(not why, f"run ended by the {why}" if why else
                               "run ended by completing")
         # drops accounted for
