@@ -14,7 +14,10 @@ with each load-balancing mode of the senders (:mod:`mrcnic.sim.scenario_file`): 
 EVs, no steering, nothing marked ASSUMED_BAD) and ``mrc`` (spray, ECN steering,
 ASSUMED_BAD, probes).  The fabric is the ECMP fabric (``routing = "ecmp"``, failed links
 withdrawn 50 us after they fail) in every run, so SRV6 spraying and STEV hashing cross the
-same switches.  Every run uses the same NIC build (8 NICs, 4 ports, 4 QP contexts, a
+same switches.  The transport settings come from the fabric (docs/scenarios.md,
+"Transport defaults"): 8 KiB queues give an ACK timeout of 1.024 us x 2^8 = 262 us, and
+a run counts as stalled only after 600 us without progress (more than two timeouts).
+Every run uses the same NIC build (8 NICs, 4 ports, 4 QP contexts, a
 16-entry path table: 16 EVs = one per path), so the Verilator model is built once.
 
 Per run: per-flow FCT, mean and min per-flow throughput as a fraction of ideal
@@ -42,6 +45,7 @@ lb = "{mode}"
 nics = [0, 1, 2, 3, 4, 5, 6, 7]
 time_limit = 40.0
 linger_ns = 2000.0
+stall_ns = 600000.0
 
 [topology]
 planes = 4

@@ -137,7 +137,8 @@ def plot_fct_cdf(series: dict, path, title: str = "FCT CDF") -> None:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
+    if ax.lines:
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
