@@ -127,6 +127,8 @@ def test_lb_modes_are_settings(lb):
         assert prof.mode == "SRV6" and prof.ev_min_active == len(prof.entries) == 32
     else:
         assert sc["reliability"] == {"ecn_hold": 0}
+        # the checker caps ev_min_active at the distinct GOOD EVs (4); the RTL's floor counts
+        # entries, so copies of the one EV can still go ASSUMED_BAD (docs/scenarios.md)
         assert prof.mode == "STEV" and prof.ev_min_active == 4 and len(prof.entries) == 32
         assert len({e.ev for e in prof.entries}) == 1          # one EV, every plane
-        assert sorted(e.port for e in prof.entries) == [0, 1, 2, 3]
+        assert sorted({e.port for e in prof.entries}) == [0, 1, 2, 3]
