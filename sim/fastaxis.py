@@ -6,8 +6,9 @@ assembles every beat byte by byte; profiling ``mrcnic sim`` under Verilator put
 them among the first per-cycle Python costs.  :class:`AxiStreamSinkFast` and
 :class:`AxiStreamSourceFast` are the same classes, their ``_run`` loops the same
 line for line, with each port read once per beat and each frame cut into beats
-once: the handshakes they drive are the same cycle for cycle, and so are the
-frames they carry.
+once, ports read and written through :mod:`mrcnic.sim.fastsig`, and a port written
+only when its value changes (a write of the value it holds changes nothing): the
+handshakes they drive are the same cycle for cycle, and so are the frames they carry.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from cocotb.triggers import RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from .fastsig import bit_reader, reader, writer
 
 __all__ = ["AxiStreamSinkFast", "AxiStreamSourceFast"]
 
@@ -44,14 +47,21 @@ class AxiStreamSinkFast(AxiStreamSink):
         all_keep = [1] * lanes
         clock_edge_event = RisingEdge(self.clock)
         wake_event = self.wake_event.wait()
+        tready_r = bit_reader(bus.tready) if has_tready else None
+        tready_w = writer(bus.tready) if has_tready else None
+        tvalid_r = bit_reader(bus.tvalid) if has_tvalid else None
+        tlast_r = bit_reader(bus.tlast) if has_tlast else None
+        tdata_r = reader(bus.tdata)
+        tkeep_r = reader(bus.tkeep) if has_tkeep else None
+        driven = None                       # the value last written to tready
 
         while True:
             pause_sample = bool(self.pause)
 
             await clock_edge_event
 
-            tready_sample = (not has_tready) or bus.tready.value
-            tvalid_sample = (not has_tvalid) or bus.tvalid.value
+            tready_sample = (not has_tready) or tready_r()
+            tvalid_sample = (not has_tvalid) or tvalid_r()
 
             if tready_sample and tvalid_sample:
                 if not frame:
@@ -59,9 +69,9 @@ class AxiStreamSinkFast(AxiStreamSink):
                     frame.sim_time_start = get_sim_time()
                     self.active = True
 
-                frame.tdata.extend(int(bus.tdata.value).to_bytes(lanes, "little"))
+                frame.tdata.extend(tdata_r().to_bytes(lanes, "little"))
                 if has_tkeep:
-                    keep = int(bus.tkeep.value)
+                    keep = tkeep_r()
                     frame.tkeep.extend(all_keep if keep == (1 << lanes) - 1
                                        else [(keep >> i) & 1 for i in range(lanes)])
                 if has_tid:
@@ -71,7 +81,7 @@ class AxiStreamSinkFast(AxiStreamSink):
                 if has_tuser:
                     frame.tuser.extend([int(bus.tuser.value)] * lanes)
 
-                if not has_tlast or bus.tlast.value:
+                if not has_tlast or tlast_r():
                     frame.sim_time_end = get_sim_time()
                     self.queue_occupancy_bytes += len(frame)
                     self.queue_occupancy_frames += 1
@@ -83,7 +93,9 @@ class AxiStreamSinkFast(AxiStreamSink):
 
             if has_tready:
                 paused = self.full() or pause_sample
-                bus.tready.value = not paused
+                if driven != (not paused):
+                    driven = not paused
+                    tready_w(driven)
                 if (not tvalid_sample or paused) and (pause_sample == bool(self.pause)):
                     self.wake_event.clear()
                     await wake_event
@@ -127,12 +139,20 @@ class AxiStreamSourceFast(AxiStreamSource):
         has_tready, has_tvalid = hasattr(bus, "tready"), hasattr(bus, "tvalid")
         has_tlast, has_tkeep = hasattr(bus, "tlast"), hasattr(bus, "tkeep")
         clock_edge_event = RisingEdge(self.clock)
+        tready_r = bit_reader(bus.tready) if has_tready else None
+        tvalid_r = bit_reader(bus.tvalid) if has_tvalid else None
+        tvalid_w = writer(bus.tvalid) if has_tvalid else None
+        tlast_w = writer(bus.tlast) if has_tlast else None
+        tkeep_w = writer(bus.tkeep) if has_tkeep else None
+        tdata_w = writer(bus.tdata)
+        # values last written by this loop (None: not yet; reset writes tvalid = 0 itself)
+        valid_d = last_d = keep_d = None
 
         while True:
             await clock_edge_event
 
-            tready_sample = (not has_tready) or bus.tready.value
-            tvalid_sample = (not has_tvalid) or bus.tvalid.value
+            tready_sample = (not has_tready) or tready_r()
+            tvalid_sample = (not has_tvalid) or tvalid_r()
 
             if (tready_sample and tvalid_sample) or not tvalid_sample:
                 if not frame and not self.queue.empty():
@@ -156,18 +176,23 @@ class AxiStreamSourceFast(AxiStreamSource):
                         frame = None
                         self.current_frame = None
 
-                    bus.tdata.value = tdata_val
-                    if has_tvalid:
-                        bus.tvalid.value = 1
-                    if has_tlast:
-                        bus.tlast.value = int(tlast_val)
-                    if has_tkeep:
-                        bus.tkeep.value = tkeep_val
+                    tdata_w(tdata_val)
+                    if has_tvalid and valid_d != 1:
+                        valid_d = 1
+                        tvalid_w(1)
+                    if has_tlast and last_d != int(tlast_val):
+                        last_d = int(tlast_val)
+                        tlast_w(last_d)
+                    if has_tkeep and keep_d != tkeep_val:
+                        keep_d = tkeep_val
+                        tkeep_w(tkeep_val)
                 else:
-                    if has_tvalid:
-                        bus.tvalid.value = 0
-                    if has_tlast:
-                        bus.tlast.value = 0
+                    if has_tvalid and valid_d != 0:
+                        valid_d = 0
+                        tvalid_w(0)
+                    if has_tlast and last_d != 0:
+                        last_d = 0
+                        tlast_w(0)
                     self.active = bool(frame)
                     if not frame and self.queue.empty():
                         self.idle_event.set()

@@ -2,6 +2,8 @@
 
 * ``mrcnic sim``'s default scenario gives the same report (every field but the
   wall-clock ones) and a byte-identical pcap under Verilator and Icarus.
+* The co-simulation's host memory models (sim/fastaxiram.py) give what cocotbext-axi's
+  ``AxiRam`` gives: the same report and pcap (default and link-flap scenarios).
 * The build-cache key covers every source the Verilog is made from.
 * A missing simulator or compiler is one line on stderr, not a traceback.
 """
@@ -39,6 +41,25 @@ def test_default_scenario_identical_under_both_simulators(tmp_path):
     assert a.keys() == b.keys()
     assert [k for k in a if a[k] != b[k]] == []
     assert pcaps["verilator"].read_bytes() == pcaps["icarus"].read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["default", "link-flap"])
+def test_host_memory_models_identical(tmp_path, monkeypatch, scenario):
+    """The co-simulation's host memory (sim/fastaxiram.py: AxiRamOneTask, and AxiRamFast)
+    drives what cocotbext-axi's AxiRam drives, cycle for cycle: same report, same pcap."""
+    reps, pcaps = {}, {}
+    for model in ("cocotbext", "fast", "onetask"):
+        monkeypatch.setenv("MRCNIC_COSIM_AXIRAM", model)
+        pcaps[model] = tmp_path / f"{model}.pcap"
+        reps[model] = run_cosim(scenario, test=True, simulator="verilator", pcap=pcaps[model],
+                                build_dir=tmp_path / model)
+        assert reps[model]["complete"] and reps[model]["bytes_mismatched"] == 0
+    ref = _comparable(reps["cocotbext"])
+    for model in ("fast", "onetask"):
+        got = _comparable(reps[model])
+        assert [k for k in ref if ref[k] != got.get(k)] == [], model
+        assert pcaps[model].read_bytes() == pcaps["cocotbext"].read_bytes(), model
 
 
 def test_build_key_covers_the_sources(tmp_path):
