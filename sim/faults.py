@@ -186,6 +186,7 @@ class FaultInjector:
         self.trim_dscp = fabric.trim_dscp if fabric.trim_dscp is not None else 46
         self.injected = dict(loss=0, fcs=0, corrupt_to_host=0, dup=0, reorder=0, trim=0)
         self.corrupt_by_host: dict[int, int] = {}
+        self.corrupt_log: list[dict] = []    #: corrupted frames that reached a host
         self.pending = 0            # delayed or duplicated frames not yet handed on
 
     def on_arrive(self, port, frame: bytes, epoch: int, deliver) -> None:
@@ -250,7 +251,7 @@ class FaultInjector:
     def counters(self) -> dict:
         """What was injected (see the class), plus ``pending`` frames still held back."""
         return dict(self.injected, corrupt_by_host=dict(self.corrupt_by_host),
-                    pending=self.pending)
+                    pending=self.pending, corrupt_log=list(self.corrupt_log))
 
 
 class _CountDelivered:
@@ -268,6 +269,8 @@ class _CountDelivered:
         if len(self.inj.fabric.delivered) > before:
             h = self.host
             self.inj.corrupt_by_host[h] = self.inj.corrupt_by_host.get(h, 0) + 1
+            self.inj.corrupt_log.append(dict(t_ns=round(self.inj.fabric.now, 1), host=h,
+                                             port=port.name, frame=frame.hex()))
 
 
 class _Later:
