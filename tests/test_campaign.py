@@ -206,3 +206,22 @@ def test_replay_shows_a_duplicate_as_discarded(tmp_path):
     assert r.verdicts == ["accepted"] * 3
     assert r.fates == ["placed 1024 bytes", "duplicate: discarded by the tracker",
                        "placed 1024 bytes"]
+
+
+def test_sweep_grid_and_replay_commands():
+    """A sweep is every grid combination x --runs seeds; each run's replay command carries
+    its own scenario, size, fault spec and seed."""
+    from mrcnic.sim.campaign import campaign_params, parse_grid, replay_command, sweep_params
+
+    grid = parse_grid(["loss=0,0.02", "size=4k,8k", "scenario=default,clean"])
+    ps = sweep_params("default", grid, 2, 100, "dup=0.01", None)
+    assert len(ps) == 2 * 2 * 2 * 2
+    assert len({p["seed"] for p in ps}) == len(ps)
+    p = next(p for p in ps if p["point"] == "loss=0.02 size=8k scenario=clean")
+    cmd = replay_command(dict(params=p))
+    assert "--scenario clean" in cmd and "--size 8192" in cmd
+    assert "loss=0.02" in cmd and "dup=0.01" in cmd and f"--seed {p['seed']}" in cmd
+    with pytest.raises(ValueError):
+        parse_grid(["nope=1"])
+    runs = campaign_params("default", 3, 7, "loss=0:0.01", 4096)
+    assert [r["seed"] for r in runs] == [7, 8, 9] and all(r["size"] == 4096 for r in runs)
