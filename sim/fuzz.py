@@ -133,7 +133,9 @@ def run_fuzz(frames: int = 100_000, *, seed: int = 1, chunk: int = CHUNK,
     Returns a report: ``frames, chunks, accepted, dropped (by reason), placed_exact,
     completions, wall_s, problems (list of text), verdict ("pass"/"fail")``.  ``simulator``
     as ``$MRCNIC_SIM`` (the receive harness's build is cached).  A testbench failure (a
-    hang reaches its cycle limit) is a problem, not an exception.
+    hang reaches its cycle limit) is a problem, not an exception.  ``build_dir`` (default: a
+    temporary folder, removed when every chunk passed) holds one ``chunk<i>`` folder per
+    simulation.
     """
     import os
 
@@ -146,6 +148,7 @@ def run_fuzz(frames: int = 100_000, *, seed: int = 1, chunk: int = CHUNK,
     from mrcnic.resources import example
     cfg = str(example("nic1.toml"))
     t0 = time.monotonic()
+    root = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-fuzz-"))
     problems, drops = [], {}
     accepted = placed = cpls = done = 0
     nchunks = -(-frames // chunk)
@@ -160,7 +163,7 @@ def run_fuzz(frames: int = 100_000, *, seed: int = 1, chunk: int = CHUNK,
         seq = [(rng.randrange(len(tx.next_hop_mac)), m) for m in mutants(rng, seeds, n)]
         for k, pf in enumerate(valid):
             seq.insert((k + 1) * len(seq) // (len(valid) + 1), pf)
-        bdir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-fuzz-")) / f"chunk{c}"
+        bdir = root / f"chunk{c}"
         try:
             r = run_rx(RxJob(cfg, frames=seq, verdicts=False, max_cycles=40 * len(seq) + 200_000),
                        bdir)
@@ -192,6 +195,9 @@ def run_fuzz(frames: int = 100_000, *, seed: int = 1, chunk: int = CHUNK,
         accepted += acc - len(valid)
         cpls += len(r.completions)
         done += n
+    if build_dir is None and not problems:
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)      # kept (with its logs) when a chunk failed
     return dict(frames=done, chunks=nchunks, chunk=chunk, seed=seed, accepted=accepted,
                 dropped=sum(drops.values()), drops=drops, placed_exact=placed,
                 completions=cpls, wall_s=round(time.monotonic() - t0, 1), problems=problems,
