@@ -86,6 +86,9 @@ class CsrNic(wiring.Component):
         Memory regions reported in ``ID_MAX_REGIONS`` (the core holds 4).
     shared_parser : bool
         One receive parser for all planes (:class:`~mrcnic.rtl.nic.MRCNic`); board tops.
+    plane_guard : int
+        ACK timeouts that make the NIC avoid a whole plane (0 = off;
+        :class:`~mrcnic.rtl.plane_guard.PlaneGuard`), as :class:`~mrcnic.rtl.nic.MRCNic`.
 
     Attributes
     ----------
@@ -153,9 +156,10 @@ class CsrNic(wiring.Component):
 
     def __init__(self, *, ports: int = 2, qps: int = 2, paths: int = MAX_PATHS,
                  window: int = 256, clock_mhz: int = 125, regions: int = 4,
-                 shared_parser: bool = False):
+                 shared_parser: bool = False, plane_guard: int = 3):
         self.core = MRCNic(ports=ports, qps=qps, paths=paths, window=window,
-                           shared_parser=shared_parser)  # checks parameters
+                           shared_parser=shared_parser,
+                           plane_guard=plane_guard)  # checks parameters
         self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
         self.regmap = build_regmap(ports=ports, clock_mhz=clock_mhz, window=window,
                                    regions=regions, paths=paths, qps=qps)
