@@ -34,7 +34,11 @@ from .crc import crc32_final, crc32_update
 from .layouts import (MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
                       RxQpContext)
 
-__all__ = ["AckGen", "ProbeFrameReq", "ACK_FRAME_BYTES", "PROBE_FRAME_BYTES"]
+__all__ = ["AckGen", "ProbeFrameReq", "ACK_FRAME_BYTES", "PROBE_FRAME_BYTES", "ACK_CYCLES"]
+
+#: cycles per ACK frame, back to back, sink always ready (the ICRC pass of 76 bytes at 2 bytes
+#: per cycle, 13 beats, request choice and handshakes)
+ACK_CYCLES = 55
 
 ACK_FRAME_BYTES = 102   #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 4 AETH + 20 MRCSack + 4 ICRC
 PROBE_FRAME_BYTES = 90  #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 12 MRCProbe + 4 ICRC
@@ -171,11 +175,15 @@ class AckGen(wiring.Component):
     probe's MRCProbe) have a register per kind, loaded straight from their
     stream, and the multiplexer's selects are one-hot beat registers per
     condition (kind, SRV6 arrival form, ICRC pass).
-    The first beat is valid 79 cycles (ACK) / 67 cycles (probe) after the
+    The ICRC pass takes two bytes per cycle (a 16-bit CRC step): the receiver
+    must answer one data packet per ~140 cycles at 8 Gb/s with an ACK, plus a
+    NACK per trimmed packet (at one byte per cycle, 94 cycles per ACK, an 8:1
+    incast saturated it and ACKs queued for ~90 us).
+    The first beat is valid about 41 cycles (ACK) / 35 cycles (probe) after the
     request is taken, then the beats follow without a gap.  One frame at a
     time, so a new request is taken the cycle after the last beat's handshake
-    (94 cycles per ACK, 81 per probe with the sink always ready; an ACK lasts
-    126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never waits on
+    (:data:`ACK_CYCLES` = 55 cycles per ACK, about 48 per probe, with the sink always
+    ready; an ACK lasts 126 cycles on a 1 Gb/s plane at 125 MHz).  ``tvalid`` never waits on
     ``tready``; ``tready`` reaches the beat register's load enable through
     one AND-OR over a registered one-hot plane select.  The QP context and next-hop MAC are read when the request is
     taken.
@@ -257,8 +265,8 @@ class AckGen(wiring.Component):
         sending = Signal()                # ... and its beats are being sent
         fill = Signal()                   # ICRC pass: ``word`` not loaded yet
         beat = Signal(4, reset_less=True)   # the next beat to load into ``word``
-        half = Signal(3, reset_less=True)   # ICRC pass: byte of ``word`` taken this cycle
-        half7 = Signal(reset_less=True)     # ... half == 7 (registered with half)
+        pair = Signal(2, reset_less=True)   # ICRC pass: byte pair of ``word`` taken this cycle
+        pair3 = Signal(reset_less=True)     # ... pair == 3: ``word`` loads the next beat
         crc = Signal(32, reset_less=True)
         word = Signal(64, reset_less=True)  # the beat register: ICRC pass input, then tdata
         out_valid = Signal()              # ``word`` holds a beat to send
@@ -329,23 +337,25 @@ class AckGen(wiring.Component):
         tdata = Signal(64)
         m.d.comb += tdata.eq(_or_tree(terms))
 
-        # ---- ICRC pass over the same beat mux: 1 byte per cycle --------------
-        # ``word`` holds beat ``beat - 1``; byte ``half`` of it, from byte 22 (beat 2
-        # byte 6) to the last byte covered: ACK byte 97 (beat 12 byte 1), probe byte
-        # 85 (beat 10 byte 5).  The first cycle (``fill``) only loads beat 2.  The byte
-        # taken is registered (``crc_byte``) and folded into ``crc`` on the next cycle.
-        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT + 1) & (half == 5),
-                       (beat == _CRC_END_BEAT + 1) & (half == 1))
+        # ---- ICRC pass over the same beat mux: 2 bytes per cycle -------------
+        # ``word`` holds beat ``beat - 1``; byte pair ``pair`` of it (bytes 2 pair and
+        # 2 pair + 1), from bytes 22..23 (beat 2 pair 3) to the last bytes covered: ACK
+        # bytes 96..97 (beat 12 pair 0), probe bytes 84..85 (beat 10 pair 2).  The first
+        # cycle (``fill``) only loads beat 2.  The pair taken is registered (``crc_pair``)
+        # and folded into ``crc`` on the next cycle (a 16-bit CRC step: the ACK
+        # generator has to keep up with one ACK per data packet plus a NACK per trim).
+        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT + 1) & (pair == 2),
+                       (beat == _CRC_END_BEAT + 1) & (pair == 0))
         load_word = Signal()
-        crc_byte = Signal(8, reset_less=True)    # the byte taken last cycle, and whether
-        crc_en = Signal()                        # one was: folded into ``crc`` this cycle
+        crc_pair = Signal(16, reset_less=True)   # the bytes taken last cycle, and whether
+        crc_en = Signal()                        # they were: folded into ``crc`` this cycle
         m.d.sync += crc_en.eq(0)
         with m.If(crc_en):
-            m.d.sync += crc.eq(crc32_update(crc, crc_byte, 1))
+            m.d.sync += crc.eq(crc32_update(crc, crc_pair, 2))
         with m.If(view):
             with m.If(~fill):
-                m.d.sync += [crc_byte.eq(word.word_select(half, 8)), crc_en.eq(1),
-                             half.eq(half + 1), half7.eq(half == 6)]
+                m.d.sync += [crc_pair.eq(word.word_select(pair, 16)), crc_en.eq(1),
+                             pair.eq(pair + 1), pair3.eq(pair == 2)]
                 with m.If(crc_last):
                     m.d.sync += [sending.eq(1), view.eq(0)]
 
@@ -369,7 +379,7 @@ class AckGen(wiring.Component):
         # load_word = ICRC pass load | (sending & (~out_valid | out_ready) & ~(out_valid & out_last))
         load_now = Signal()               # registers only: the word is loaded this cycle
         load_rdy = Signal()               # registers only: ... if the sink takes the beat
-        m.d.comb += [load_now.eq((view & (fill | half7)) | (sending & ~out_valid)),
+        m.d.comb += [load_now.eq((view & (fill | pair3)) | (sending & ~out_valid)),
                      load_rdy.eq(sending & out_valid & ~out_last),
                      load_word.eq(load_now | (load_rdy & out_ready))]
         with m.If(sending & out_valid & out_last & out_ready):   # the last beat is handed over
@@ -448,7 +458,7 @@ class AckGen(wiring.Component):
                 fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
                 sport.eq(Cat(Mux(new_udp, new_ent.ev[:14], new_ent.ev[20:32]), Const(0b11, 2))),
                 beat.eq(_CRC_FIRST_BEAT),
-                half.eq(6), half7.eq(0), fill.eq(1), sending.eq(0), out_valid.eq(0),
+                pair.eq(3), pair3.eq(1), fill.eq(1), sending.eq(0), out_valid.eq(0),
                 crc.eq(Mux(want_probe, _PCRC_INIT, _CRC_INIT))]
             start = {"all": 1, "a": ~want_probe, "p": want_probe, "sv": new_srv6,
                      "nsv_a": ~want_probe & ~new_srv6, "nsv_p": want_probe & ~new_srv6, "v": 1}

@@ -25,10 +25,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from mrcnic import wire
-from mrcnic.rtl.ack_gen import AckGen, ProbeFrameReq
+from mrcnic.rtl.ack_gen import ACK_CYCLES, AckGen, ProbeFrameReq
 from mrcnic.rtl.layouts import AckRequest, Decision, EvMode, EvState, NicGlobals, RxQpContext
 from mrcnic.sim.rtlsim import run_rtl, tb_param
-from mrcnic.sim.tb import StreamSource, start
+from mrcnic.sim.tb import CLK_NS, StreamSource, start
 
 SRC_MAC, SRC_IP, DSCP, BLOCK = "02:aa:00:00:00:01", "fd00::1", 26, 0xFC000000
 NEXT_HOPS = [f"02:00:00:00:0{p}:fe" for p in range(4)]
@@ -218,6 +218,10 @@ async def run_frames(dut):
     assert all(s.empty() for s in tb.sinks)
     assert int(dut.sent.value) == len(cases) and int(dut.dropped.value) == 0
     assert tb.gaps == 0 and tb.overlaps == 0
+    # back-to-back requests, sinks always ready: one ACK every ACK_CYCLES cycles
+    period = CLK_NS * ACK_CYCLES
+    deltas = [b - a for a, b in zip(tb.starts, tb.starts[1:])]
+    assert deltas == [period] * (len(cases) - 1), (deltas, period)
 
 
 @cocotb.test()
