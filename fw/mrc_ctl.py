@@ -31,7 +31,22 @@ How the calls map onto mrcnic (docs/mrc-api.md has the full table):
 * **EV probes** (``mrc_ctl_ep_batch_send_wait``, ``MRC_CTL_EP_OP_EV_PROBE``) use
   ``EV_PROBE_REQ`` on the path entry holding the requested EV; the RTT is the
   NIC's measurement (``adj_svc_time`` = 0).  ``MRC_CTL_EP_OP_PORT_STATUS_UPDATE``
-  raises ``ENOTSUP``.
+  raises ``ENOTSUP``.  The NIC tracks one probe at a time: a batch is sent one request
+  after the other, each waiting up to ``rsp_timeout`` for its response.
+
+mrcnic's extensions (the header has no weights, no per-EV counters and no notion of
+copies), in the header's vocabulary and error contract:
+
+* ``MrcCtlEvOpEntry.index`` / ``MrcCtlEpReq.index``: one path-table entry (one copy of an
+  EV) instead of every copy; ``MrcCtlEvOpEntry.weight``: filled in by QUERY_EV_STATE /
+  QUERY_EV_ARRAY (the NIC's value for an ONLINE profile);
+* :meth:`MrcCtlContext.mrc_ctl_modify_ev_weight` (weights) and
+  :meth:`MrcCtlContext.mrc_ctl_query_ev_counters` (the ``evcnt`` table);
+* :attr:`MrcCtlContext.ep_stale_rsp`: probe replies popped that answered no request
+  (left over from earlier probes or another controller's).
+
+The weight agent (:mod:`mrcnic.fw.agent`) and ``mrcnic fw`` reach the EVs, ports and
+probes of the NIC through these calls only.
 """
 
 from __future__ import annotations
@@ -54,7 +69,8 @@ __all__ = [
     "MrcCtlEv", "MrcCtlEvField", "MrcCtlEvFmtField", "MrcCtlEvOpEntry", "MrcCtlDeviceAttr",
     "MrcCtlDeviceEvAttr", "MrcCtlDeviceCcAttr", "MrcCtlPortAttr", "MrcCtlEvFmtProfileAttr",
     "MrcCtlEvProfileAttr", "MrcCtlCcProfileAttr", "MrcCtlCcNsccCfg", "MrcCtlEvEvent",
-    "MrcCtlEpReq", "MrcCtlEpRsp", "MRC_CTL_EV_UNPOPULATED", "NSCC_ALGORITHM", "load_config_profiles",
+    "MrcCtlEpReq", "MrcCtlEpRsp", "MrcCtlEvCounters", "MrcCtlEvOpArgs", "MRC_CTL_EV_UNPOPULATED",
+    "NSCC_ALGORITHM", "load_config_profiles",
 ]
 
 #: ``device_attr.cc.algorithms``: the one algorithm mrcnic implements.
@@ -251,11 +267,21 @@ class MrcCtlEvField:
 
 @dataclass
 class MrcCtlEvOpEntry:
-    """``struct mrc_ctl_ev_op_entry``."""
+    """``struct mrc_ctl_ev_op_entry``, plus two mrcnic extensions.
+
+    ``index`` (None = the header's behaviour): the path-table entry the operation applies
+    to, i.e. one copy of ``ev`` (the entry must be in the profile; ``ev`` must be the
+    entry's, or ``MRC_CTL_EV_UNPOPULATED`` for whatever the entry holds, which a query then
+    fills in).  ``weight``: the entry's weight (decisions per scheduling round, 0 = none),
+    filled in by QUERY_EV_STATE / QUERY_EV_ARRAY and set by
+    :meth:`MrcCtlContext.mrc_ctl_modify_ev_weight`.
+    """
     ev: MrcCtlEv = MRC_CTL_EV_UNPOPULATED
     ev_new: MrcCtlEv = MRC_CTL_EV_UNPOPULATED
     state: MrcCtlEvState = MrcCtlEvState.MRC_CTL_EV_UNKNOWN
     flags: int = 0
+    index: int | None = None
+    weight: int | None = None
 
 
 @dataclass
@@ -386,12 +412,15 @@ class MrcCtlEvEvent:
 
 @dataclass
 class MrcCtlEpReq:
-    """``struct mrc_ctl_ep_req`` (EV probe): GIDs as IPv6 address strings or ints."""
+    """``struct mrc_ctl_ep_req`` (EV probe): GIDs as IPv6 address strings or ints.
+    ``index`` (mrcnic's extension, None = the first entry holding ``req_ev``): the
+    path-table entry to probe, i.e. which copy of ``req_ev``."""
     req_id: int
     sgid: object = None
     dgid: object = None
     ev_fmt_mode: MrcCtlEvFmtMode = MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_SRV6
     req_ev: MrcCtlEv = MRC_CTL_EV_UNPOPULATED
+    index: int | None = None
 
 
 @dataclass
@@ -401,6 +430,19 @@ class MrcCtlEpRsp:
     port: int
     rtt: int
     adj_svc_time: int = 0
+
+
+@dataclass
+class MrcCtlEvCounters:
+    """mrcnic's extension: the per-EV counters of the NIC (``evcnt`` table, 32-bit, wrapping):
+    data packets sent on the EV (new and retransmitted), clean ACKs, ECN echoes, trim
+    NACKs, ACK timeouts and probes sent (:meth:`MrcCtlContext.mrc_ctl_query_ev_counters`)."""
+    packets: int = 0
+    clean_acks: int = 0
+    ecn_echoes: int = 0
+    trims: int = 0
+    timeouts: int = 0
+    probes: int = 0
 
 
 # --------------------------------------------------------------------------
@@ -422,6 +464,35 @@ class _Entry:
                     da=self.da)
 
 
+_UNREAD = object()
+
+
+class _LazyEntries:
+    """The entries of an adopted profile: each path-table entry is read when first needed
+    (``read(index)`` -> :class:`_Entry`), so one entry's operation reads one entry."""
+
+    def __init__(self, read: Callable, base: int, count: int):
+        self._read, self._base = read, base
+        self._items = [_UNREAD] * count
+
+    def __len__(self):
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if self._items[i] is _UNREAD:
+            self._items[i] = self._read(self._base + range(len(self._items))[i])
+        return self._items[i]
+
+    def __setitem__(self, i, value):
+        self._items[i] = value
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self._items)))
+
+    def loaded(self, i) -> bool:
+        return self._items[i] is not _UNREAD
+
+
 @dataclass
 class _EvProfile:
     state: MrcCtlProfileState = INIT
@@ -432,25 +503,12 @@ class _EvProfile:
     ev_event_mask: int = int(MrcCtlEvState.MRC_CTL_EV_GOOD | MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD)
     fields: list | None = None
     base: int | None = None
-    _entries: list = field(default_factory=list)      # _Entry (None = unpopulated)
-    _count: int = 0
-    loader: Callable | None = None                    # reads the entries when first needed
-
-    @property
-    def entries(self) -> list:
-        if self.loader is not None:
-            loader, self.loader = self.loader, None
-            self._entries = loader()
-        return self._entries
-
-    @entries.setter
-    def entries(self, value):
-        self._entries, self.loader = value, None
+    entries: list = field(default_factory=list)       # _Entry (None = unpopulated) / _LazyEntries
 
     @property
     def size(self) -> int:
         """Entries in the profile's range (without reading them)."""
-        return self._count if self.loader is not None else len(self._entries)
+        return len(self.entries)
 
 
 @dataclass
@@ -518,6 +576,10 @@ class MrcCtlContext:
         self.cc_profiles: dict[int, _CcProfile] = {}
         self.profile_names: dict[int, str] = {}
         self._qp_profile: dict[int, int] = {}        # QP -> EV profile id
+        self._qp_mode: dict[int, int] = {}           # QP -> txqp.mode (0 SRV6, 1 STEV, 2 UDP)
+        #: probe replies popped by :meth:`mrc_ctl_ep_batch_send_wait` that answered none of
+        #: its requests (mrcnic's count; the header drops them silently)
+        self.ep_stale_rsp = 0
         with self._bus():
             self.ident = ident if ident is not None else client.identity()
             self._adopt()
@@ -556,6 +618,7 @@ class MrcCtlContext:
         ranges = {}
         for q in range(nq):
             ctx = self.client.read_table("txqp", q)
+            self._qp_mode[q] = ctx["mode"]
             if ctx["profile_count"]:
                 ranges.setdefault((ctx["profile_base"], ctx["profile_count"]), []).append(q)
         names = {}
@@ -573,8 +636,7 @@ class MrcCtlContext:
         for pid, (rng, qps) in enumerate(sorted(ranges.items()), start=1):
             base, count = rng
             prof = _EvProfile(ONLINE, MrcCtlEvMode.MRC_CTL_EV_MODE_EXP, None, count, 1, base=base,
-                              _count=count, loader=lambda b=base, n=count: [
-                                  self._read_entry(b + i) for i in range(n)])
+                              entries=_LazyEntries(self._read_entry, base, count))
             prof.ev_min_active = None           # read from rel[qps[0]] when first needed
             name = names.get(rng)
             if name is not None:
@@ -628,6 +690,51 @@ class MrcCtlContext:
     def _matches(self, prof: _EvProfile, ev: MrcCtlEv) -> list:
         hw = (ev.val, ev.port - 1)
         return [i for i, e in enumerate(prof.entries) if e is not None and (e.ev, e.port) == hw]
+
+    def _select(self, prof: _EvProfile, ent: MrcCtlEvOpEntry) -> list:
+        """Positions in ``prof`` an EV operation entry names: the one path-table entry
+        ``ent.index`` (mrcnic's extension), else every copy of ``ent.ev``; ENOENT if none."""
+        if ent.index is None:
+            idx = self._matches(prof, ent.ev)
+            if not idx:
+                _fail(_errno.ENOENT, f"EV {ent.ev.val:#x} port {ent.ev.port} is not in the profile")
+            return idx
+        if prof.base is None or not prof.base <= ent.index < prof.base + prof.size:
+            _fail(_errno.ENOENT, f"path-table entry {ent.index} is not in the profile")
+        pos = ent.index - prof.base
+        if ent.ev.key() != MRC_CTL_EV_UNPOPULATED.key():
+            e = prof.entries[pos]
+            if e is None or (e.ev, e.port) != (ent.ev.val, ent.ev.port - 1):
+                _fail(_errno.ENOENT, f"path-table entry {ent.index} does not hold EV "
+                                     f"{ent.ev.val:#x} port {ent.ev.port}")
+        return [pos]
+
+    def _live(self, prof: _EvProfile, pos: int):
+        """Entry ``pos`` of ``prof`` with, for an ONLINE profile, the NIC's state and weight
+        (one path-table read; an entry read for the first time is read once)."""
+        ents = prof.entries
+        if prof.state is not ONLINE or (isinstance(ents, _LazyEntries) and not ents.loaded(pos)):
+            return ents[pos]
+        e = ents[pos]
+        if e is not None:
+            r = self.client.read_table("path", prof.base + pos)
+            e.state, e.weight = HwEvState(r["state"]), r["weight"]
+        return e
+
+    def _qp_fmt(self, q: int) -> str:
+        """EV format of QP ``q`` (its ``txqp.mode``, read at adoption or once here)."""
+        if q not in self._qp_mode:
+            self._qp_mode[q] = self.client.read_table("txqp", q)["mode"]
+        return ("SRV6", "STEV", "UDP")[self._qp_mode[q]]
+
+    def ev_fmt_mode_of(self, ev_profile_id: int) -> MrcCtlEvFmtMode | None:
+        """The EV format (``MrcCtlEvFmtMode``) of EV profile ``ev_profile_id``: its EV Format
+        profile's mode, else the mode of the first QP using it; None if it has neither
+        (mrcnic helper for building ``MrcCtlEpReq``; ENOENT for an unknown profile)."""
+        prof = self._profile(ev_profile_id)
+        with self._bus():
+            name = self._mode_of(prof, ev_profile_id)
+        return None if name is None else _FMT_OF[name]
 
     # ---- device / ports ----------------------------------------------------------------
     def mrc_ctl_query_device(self) -> MrcCtlDeviceAttr:
@@ -939,16 +1046,16 @@ class MrcCtlContext:
                 if op.entry_count < n:
                     op.entry_count = n
                     _fail(_errno.E2BIG, f"the EV array holds {n} EVs", required=n)
-            for i, e in enumerate(prof.entries):
+            for i in range(n):
+                e = self._live(prof, i)
+                out = op.entries[i]
+                out.index = None if prof.base is None else prof.base + i
                 if e is None:
-                    op.entries[i].ev = MRC_CTL_EV_UNPOPULATED
-                    op.entries[i].state = MrcCtlEvState.MRC_CTL_EV_UNKNOWN
+                    out.ev, out.state, out.weight = (MRC_CTL_EV_UNPOPULATED,
+                                                     MrcCtlEvState.MRC_CTL_EV_UNKNOWN, None)
                     continue
-                state = e.state
-                if prof.state is ONLINE:
-                    state = HwEvState(self.client.read_table("path", prof.base + i)["state"])
-                op.entries[i].ev = MrcCtlEv(e.ev, e.port + 1)
-                op.entries[i].state = _STATE_OF_HW[state]
+                out.ev = MrcCtlEv(e.ev, e.port + 1)
+                out.state, out.weight = _STATE_OF_HW[e.state], e.weight
             op.entry_count = n
             return
         if op.op == O.MRC_CTL_EV_OP_REPLACE_EV and not modify:
@@ -961,6 +1068,8 @@ class MrcCtlContext:
             except MrcCtlError as exc:
                 exc.partial = k
                 raise
+            except TransportError as exc:
+                raise MrcCtlError(_errno.EIO, f"register access failed: {exc}", partial=k) from exc
 
     def _ev_op_entry(self, prof: _EvProfile, op, ent: MrcCtlEvOpEntry):
         O = MrcCtlEvOp
@@ -972,7 +1081,9 @@ class MrcCtlContext:
             port = self._hw_port(new.port)
             if not 0 <= new.val < 1 << 32:
                 _fail(_errno.EINVAL, f"EV {new.val:#x} is not a 32-bit value")
-            if ent.ev == MRC_CTL_EV_UNPOPULATED:
+            if ent.index is not None:
+                idx = self._select(prof, ent)
+            elif ent.ev.key() == MRC_CTL_EV_UNPOPULATED.key():
                 idx = [i for i, e in enumerate(prof.entries) if e is None]
             else:
                 idx = self._matches(prof, ent.ev)
@@ -998,9 +1109,9 @@ class MrcCtlContext:
                 prof.entries[i] = e
                 self.client.write_table("path", prof.base + i, e.record(HwEvState.DENIED))
             return
-        idx = self._matches(prof, ent.ev)
-        if not idx:
-            _fail(_errno.ENOENT, f"EV {ent.ev.val:#x} port {ent.ev.port} is not in the profile")
+        if op not in (O.MRC_CTL_EV_OP_MODIFY_EV_STATE, O.MRC_CTL_EV_OP_QUERY_EV_STATE):
+            _fail(_errno.EINVAL, f"EV operation {op!r}")
+        idx = self._select(prof, ent)
         if op == O.MRC_CTL_EV_OP_MODIFY_EV_STATE:
             try:
                 hw = _HW_OF_STATE[MrcCtlEvState(ent.state)]
@@ -1009,24 +1120,31 @@ class MrcCtlContext:
             if hw is HwEvState.ASSUMED_BAD:
                 _fail(_errno.EINVAL, "ASSUMED_BAD is set by the NIC only (GOOD or DENIED)")
             for i in idx:
-                prof.entries[i].state = hw
                 if prof.state is ONLINE:
                     self.client.set_ev_state(prof.base + i, hw)
+                e = prof.entries[i]
+                if e is None:
+                    _fail(_errno.EINVAL, f"path-table entry {prof.base + i} is EV_UNPOPULATED")
+                e.state = hw
         elif op == O.MRC_CTL_EV_OP_QUERY_EV_STATE:
-            i = idx[0]
-            state = prof.entries[i].state
-            if prof.state is ONLINE:
-                state = HwEvState(self.client.read_table("path", prof.base + i)["state"])
-            ent.state = _STATE_OF_HW[state]
+            e = self._live(prof, idx[0])
+            if e is None:
+                ent.state, ent.weight = MrcCtlEvState.MRC_CTL_EV_UNKNOWN, None
+                return
+            if ent.ev.key() == MRC_CTL_EV_UNPOPULATED.key():
+                ent.ev = MrcCtlEv(e.ev, e.port + 1)
+            ent.state, ent.weight = _STATE_OF_HW[e.state], e.weight
         else:
             _fail(_errno.EINVAL, f"EV operation {op!r}")
 
-    def _mode_of(self, prof) -> str | None:
+    def _mode_of(self, prof, pid=None) -> str | None:
         fp = self.fmt_profiles.get(prof.fmt_id)
         if fp is not None and fp.mode is not None:
             return _FMT_NAME[fp.mode]
-        for q in self.qps_of(next((k for k, v in self.ev_profiles.items() if v is prof), None)):
-            return ("SRV6", "STEV", "UDP")[self.client.read_table("txqp", q)["mode"]]
+        if pid is None:
+            pid = next((k for k, v in self.ev_profiles.items() if v is prof), None)
+        for q in self.qps_of(pid):
+            return self._qp_fmt(q)
         return None
 
     def _set_path(self, e: _Entry, usids):
@@ -1145,6 +1263,7 @@ class MrcCtlContext:
                 if prof.state is not ONLINE:
                     _fail(_errno.EINVAL, f"EV profile {ev_profile_id} is not ONLINE")
                 ctx = self.client.read_table("txqp", qp)
+                self._qp_mode[qp] = ctx["mode"]
                 rel = self.client.read_table("rel", qp)
                 ctx.update(profile_base=prof.base, profile_count=prof.size)
                 rel.update(profile_base=prof.base, profile_count=prof.size,
@@ -1162,11 +1281,65 @@ class MrcCtlContext:
                 cp.qps.add(qp)
                 self.client.write_table("cc", qp, _nscc_record(cfg))
 
+    # ---- EV weights and counters (mrcnic's extensions) ---------------------------------
+    def mrc_ctl_modify_ev_weight(self, ev_profile_id: int, entries: list) -> None:
+        """mrcnic's extension (``mrc_ctl.h`` has no weights): set the weight of EVs of a
+        profile.  Each :class:`MrcCtlEvOpEntry` names an EV (``ev``: every copy, as
+        MODIFY_EV_STATE) or one path-table entry (``index``) and carries its new ``weight``
+        (decisions per scheduling round, 0 = none).  ONLINE: written to the NIC at once
+        (``EV_WEIGHT_SET``; the state is not touched); OFFLINE: kept and written at ONLINE.
+        Errors: ENOENT (no such profile, EV or entry), EINVAL (an INIT profile, a weight out
+        of range), EIO; per-entry success: the error carries ``partial`` = entries done."""
+        prof = self._profile(ev_profile_id)
+        if prof.state is INIT:
+            _fail(_errno.EINVAL, "EV weights need an OFFLINE or ONLINE profile")
+        wmax = (1 << self.client.regmap["EV_WEIGHT_SET"].field("weight").width) - 1
+        with self._bus():
+            for k, ent in enumerate(entries):
+                try:
+                    w = ent.weight
+                    if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w <= wmax:
+                        _fail(_errno.EINVAL, f"weight {w!r} (0..{wmax})")
+                    for i in self._select(prof, ent):
+                        if prof.entries[i] is None:
+                            _fail(_errno.EINVAL, f"path-table entry {prof.base + i} is EV_UNPOPULATED")
+                        if prof.state is ONLINE:
+                            self.client.set_ev_weight(prof.base + i, w)
+                        prof.entries[i].weight = w
+                except MrcCtlError as exc:
+                    exc.partial = k
+                    raise
+                except TransportError as exc:
+                    raise MrcCtlError(_errno.EIO, f"register access failed: {exc}",
+                                      partial=k) from exc
+
+    def mrc_ctl_query_ev_counters(self, ev_profile_id: int, entries: list) -> list:
+        """mrcnic's extension: the NIC's per-EV counters (``evcnt`` table), one
+        :class:`MrcCtlEvCounters` per :class:`MrcCtlEvOpEntry` of ``entries``: the path-table
+        entry ``index``, or the sum over every copy of ``ev`` (32-bit, wrapping).  Errors:
+        ENOENT (no such profile, EV or entry), EINVAL (an INIT profile), EIO."""
+        prof = self._profile(ev_profile_id)
+        if prof.base is None:
+            _fail(_errno.EINVAL, "an INIT profile has no EVs")
+        names = list(MrcCtlEvCounters.__dataclass_fields__)
+        out = []
+        with self._bus():
+            for ent in entries:
+                tot = dict.fromkeys(names, 0)
+                for i in self._select(prof, ent):
+                    rec = self.client.read_table("evcnt", prof.base + i)
+                    for n in names:
+                        tot[n] = (tot[n] + rec[n]) & 0xFFFFFFFF
+                out.append(MrcCtlEvCounters(**tot))
+        return out
+
     # ---- EV events ---------------------------------------------------------------------
     def mrc_ctl_poll_ev_event(self, num_entries: int) -> list:
         """``mrc_ctl_poll_ev_event``: up to ``num_entries`` events from the NIC's queue, each
         ``MrcCtlEvEvent(profile_id, ev, drop_count=0, state)``; events whose state the
-        profile's ``ev_event_mask`` does not monitor are consumed and not returned."""
+        profile's ``ev_event_mask`` does not monitor are consumed and not returned.  The EV
+        of an event is the profile's (read once per entry, then known: one register read
+        per event)."""
         if num_entries < 0:
             _fail(_errno.EINVAL, "num_entries < 0")
         out = []
@@ -1175,35 +1348,51 @@ class MrcCtlContext:
                 ev = self.client.pop_event()
                 if ev is None:
                     break
-                pid, _ = self.profile_of_index(ev.index)
-                rec = self.client.read_table("path", ev.index)
-                state = _STATE_OF_HW[HwEvState(ev.state)]
+                pid, pos = self.profile_of_index(ev.index)
                 prof = self.ev_profiles.get(pid)
+                e = prof.entries[pos] if prof is not None else None
+                if e is None:               # in no profile (or an unpopulated slot)
+                    rec = self.client.read_table("path", ev.index)
+                    val, port = rec["ev"], rec["port"]
+                else:
+                    val, port = e.ev, e.port
+                state = _STATE_OF_HW[HwEvState(ev.state)]
                 if prof is not None and state & ~MrcCtlEvState.MRC_CTL_EV_DENIED \
                         and not prof.ev_event_mask & state:
                     continue
-                out.append(MrcCtlEvEvent(pid or 0, MrcCtlEv(rec["ev"], rec["port"] + 1), 0, state,
+                out.append(MrcCtlEvEvent(pid or 0, MrcCtlEv(val, port + 1), 0, state,
                                          ev.index, ev.reason))
         return out
 
     # ---- endpoint requests (EV probes) -------------------------------------------------
     def mrc_ctl_ep_batch_send_wait(self, req_tc: int, op_type: MrcCtlEpOpType, req: list,
-                                   rsp_timeout: int, *, sleep: Callable = time.sleep) -> list:
+                                   rsp_timeout: int, *, sleep: Callable = time.sleep,
+                                   clock: Callable = time.monotonic,
+                                   poll_s: float | None = None) -> list:
         """``mrc_ctl_ep_batch_send_wait`` for ``MRC_CTL_EP_OP_EV_PROBE``: probe each
-        ``req[i].req_ev`` (found in an EV profile used by a QP whose format matches
-        ``ev_fmt_mode``), wait up to ``rsp_timeout`` ns of wall time, and return the
-        responses in arrival order.  ETIMEDOUT (``err.rsp`` = what arrived) when some are
-        missing; ENOTSUP for other operations; ``req_tc`` must be the data DSCP (mrcnic
-        sends probes with the NIC's DSCP)."""
+        ``req[i].req_ev`` (found in an ONLINE EV profile used by a QP whose format matches
+        ``ev_fmt_mode``; ``req[i].index``, mrcnic's extension, picks the copy) and return the
+        responses in arrival order.  The NIC tracks one probe at a time, so the requests
+        are sent one after the other, each waiting up to ``rsp_timeout`` ns of wall time for
+        its response; stale replies (drained first, or answering no request) are dropped
+        and counted in :attr:`ep_stale_rsp`.  ETIMEDOUT (``err.rsp`` = what arrived) when
+        some are missing; ENOTSUP for other operations; EINVAL for an EV in no such profile
+        or a ``req_tc`` other than 0 or the data DSCP (mrcnic sends probes with the NIC's
+        DSCP).  ``sleep``, ``clock`` (seconds) and ``poll_s`` (seconds between polls,
+        default min(0.01, rsp_timeout / 4)) are mrcnic's, for controllers with their own
+        time source."""
         if op_type != MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE:
             _fail(_errno.ENOTSUP, f"{MrcCtlEpOpType(op_type).name} is not supported")
+        if not rsp_timeout >= 0:
+            _fail(_errno.EINVAL, f"rsp_timeout {rsp_timeout!r} < 0")
         ids = [r.req_id for r in req]
         if len(set(ids)) != len(ids):
             _fail(_errno.EINVAL, "req_id values must be unique")
         with self._bus():
-            dscp = self.client.read_field("NIC_DSCP", "data")
-            if req_tc not in (0, dscp):
-                _fail(_errno.EINVAL, f"req_tc {req_tc}: mrcnic probes use the data DSCP {dscp}")
+            if req_tc:
+                dscp = self.client.read_field("NIC_DSCP", "data")
+                if req_tc != dscp:
+                    _fail(_errno.EINVAL, f"req_tc {req_tc}: mrcnic probes use the data DSCP {dscp}")
             plan = []
             for r in req:
                 want = _FMT_NAME.get(MrcCtlEvFmtMode(r.ev_fmt_mode))
@@ -1212,37 +1401,49 @@ class MrcCtlContext:
                     qps = self.qps_of(pid)
                     if prof.state is not ONLINE or not qps:
                         continue
-                    if want and ("SRV6", "STEV", "UDP")[
-                            self.client.read_table("txqp", qps[0])["mode"]] != want:
+                    if r.index is not None and not prof.base <= r.index < prof.base + prof.size:
                         continue
-                    m = self._matches(prof, r.req_ev)
+                    if want and self._qp_fmt(qps[0]) != want:
+                        continue
+                    if r.index is not None:
+                        e = prof.entries[r.index - prof.base]
+                        m = [r.index - prof.base] if e is not None and (
+                            r.req_ev.key() == MRC_CTL_EV_UNPOPULATED.key()
+                            or (e.ev, e.port) == (r.req_ev.val, r.req_ev.port - 1)) else []
+                    else:
+                        m = self._matches(prof, r.req_ev)
                     if m:
-                        found = (prof.base + m[0], qps[0])
+                        found = (prof.base + m[0], qps[0], prof.entries[m[0]].port + 1)
                         break
                 if found is None:
-                    _fail(_errno.EINVAL, f"req {r.req_id}: EV {r.req_ev.val:#x} port {r.req_ev.port} "
-                                         "is in no ONLINE profile of a QP", partial=len(plan))
+                    where = "" if r.index is None else f" (entry {r.index})"
+                    _fail(_errno.EINVAL, f"req {r.req_id}: EV {r.req_ev.val:#x} port {r.req_ev.port}"
+                                         f"{where} is in no ONLINE profile of a QP", partial=len(plan))
                 plan.append((r.req_id, *found))
             while self.client.pop_probe_reply() is not None:     # responses are not buffered
-                pass
-            for _, index, qp in plan:
-                self.client.probe(index, qp)
-        waiting = {index: rid for rid, index, _ in plan}
-        port_of = {index: self.client.read_table("path", index)["port"] + 1 for index in waiting}
-        out = []
-        deadline = time.monotonic() + rsp_timeout / 1e9
-        while waiting:
+                self.ep_stale_rsp += 1
+        poll = min(0.01, rsp_timeout / 4e9) if poll_s is None else poll_s
+        out, missing = [], 0
+        for rid, index, qp, port in plan:
             with self._bus():
-                rep = self.client.pop_probe_reply()
-            if rep is None:
-                if time.monotonic() >= deadline:
-                    _fail(_errno.ETIMEDOUT, f"{len(waiting)} of {len(plan)} probes unanswered",
-                          rsp=out)
-                sleep(0.01)
-                continue
-            rid = waiting.pop(rep.index, None)
-            if rid is not None:
-                out.append(MrcCtlEpRsp(rid, port_of[rep.index], rep.rtt_ns, 0))
+                self.client.probe(index, qp)
+            deadline = clock() + rsp_timeout / 1e9
+            while True:
+                with self._bus():
+                    rep = self.client.pop_probe_reply()
+                if rep is not None:
+                    if rep.index == index:
+                        out.append(MrcCtlEpRsp(rid, port, rep.rtt_ns, 0))
+                        break
+                    self.ep_stale_rsp += 1
+                    continue
+                now = clock()
+                if now >= deadline:
+                    missing += 1
+                    break
+                sleep(min(poll, deadline - now))
+        if missing:
+            _fail(_errno.ETIMEDOUT, f"{missing} of {len(plan)} probes unanswered", rsp=out)
         return out
 
 

@@ -1,5 +1,6 @@
 """The mrc_ctl.h / mrc.h Python APIs (fw/mrc_ctl.py, fw/mrc.py) against the in-process
-register model (LoopbackTransport, with the CsrNic's EV_STATE_SET read-modify-write) and
+register model (LoopbackTransport, with the CsrNic's EV_STATE_SET / EV_WEIGHT_SET
+read-modify-write) and
 the co-simulation's board model (sim/serve.py SimBoard) on a plain memory: every call, the
 profile state machines, the header's errnos and its per-entry partial-success rule."""
 
@@ -15,7 +16,7 @@ from mrcnic.fw.mrc import HostMemory, IbvSendWr, IbvWcOpcode, IbvWrOpcode, MrcCo
 from mrcnic.fw.mrc import MrcQpAttrMask as QM
 from mrcnic.fw.mrc_ctl import (MRC_CTL_EV_OP_F_ALL_COPIES, MRC_CTL_EV_UNPOPULATED,
                                MrcCtlCcNsccCfg, MrcCtlCcProfileAttr, MrcCtlContext, MrcCtlEpOpType,
-                               MrcCtlEpReq, MrcCtlError, MrcCtlEv, MrcCtlEvField,
+                               MrcCtlEpReq, MrcCtlError, MrcCtlEv, MrcCtlEvCounters, MrcCtlEvField,
                                MrcCtlEvFieldsOpArgs, MrcCtlEvFmtField, MrcCtlEvFmtMode,
                                MrcCtlEvFmtOpArgs, MrcCtlEvFmtProfileAttr, MrcCtlEvMode, MrcCtlEvOp,
                                MrcCtlEvOpArgs, MrcCtlEvOpEntry, MrcCtlEvProfileAttr, MrcCtlEvState,
@@ -27,7 +28,7 @@ from mrcnic.fw.mrc_ctl import MrcCtlEvProfileAttrMask as EPM
 from mrcnic.fw.provision import apply_plan, provision_plan
 from mrcnic.fw.transport import LoopbackTransport
 from mrcnic.regmap import REGMAP, EvEventReason
-from mrcnic.rtl.layouts import EvState, WorkRequest
+from mrcnic.rtl.layouts import EvCounters, EvState, WorkRequest
 from mrcnic.sim.serve import SimBoard
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -49,8 +50,8 @@ class _FakeNic:
 
 
 class Model(LoopbackTransport):
-    """The CSR bank model plus what CsrNic does beyond it: EV_STATE_SET writes the state of
-    the path entry; a board model (SimBoard) answers from 0x0800."""
+    """The CSR bank model plus what CsrNic does beyond it: EV_STATE_SET / EV_WEIGHT_SET write
+    the state / weight of the path entry; a board model (SimBoard) answers from 0x0800."""
 
     def __init__(self, board=True):
         super().__init__()
@@ -65,13 +66,13 @@ class Model(LoopbackTransport):
         if self.board is not None and addr >= 0x800:
             return self.board.write32(addr, value)
         super().write32(addr, value)
-        if self.strobes and self.strobes[-1][0] == "EV_STATE_SET" and \
-                addr == REGMAP["EV_STATE_SET"].offset:
-            f = self.strobes[-1][1]
-            lay = REGMAP.table("path").layout
-            rec = unpack_record(lay, self.tables["path"].get(f["index"], 0))
-            rec["state"] = f["state"]
-            self.tables["path"][f["index"]] = pack_record(lay, rec)
+        for name, key in (("EV_STATE_SET", "state"), ("EV_WEIGHT_SET", "weight")):
+            if self.strobes and self.strobes[-1][0] == name and addr == REGMAP[name].offset:
+                f = self.strobes[-1][1]
+                lay = REGMAP.table("path").layout
+                rec = unpack_record(lay, self.tables["path"].get(f["index"], 0))
+                rec[key] = f[key]
+                self.tables["path"][f["index"]] = pack_record(lay, rec)
 
 
 def nic(config="two_nics.toml", board=True):
@@ -177,7 +178,8 @@ def test_offline_replace_online(ctl):
     err(errno.EINVAL, c.mrc_ctl_modify_ev_profile, 1, st(INIT), EPM.MRC_CTL_EV_PROFILE_STATE)
 
 
-def test_all_copies_and_ev_state(tmp_path):
+def copies_nic(tmp_path):
+    """two_nics.toml with two copies of every EV: (model, client, config)."""
     text = (EXAMPLES / "two_nics.toml").read_text().replace(
         'port_field = "plane"', 'port_field = "plane"\ncopies = 2')
     text = text.replace("{ name = \"spine\", width = 5 }", "{ name = \"spine\", width = 5, max_val = 15 }")
@@ -186,6 +188,11 @@ def test_all_copies_and_ev_state(tmp_path):
     model = Model()
     client = CsrClient(model)
     apply_plan(client, provision_plan(cfg, compile_tables(cfg), client.identity()))
+    return model, client, cfg
+
+
+def test_all_copies_and_ev_state(tmp_path):
+    model, client, cfg = copies_nic(tmp_path)
     c = MrcCtlContext(client, cfg)
     c.mrc_ctl_modify_ev_profile(1, MrcCtlEvProfileAttr(profile_state=OFFLINE), EPM.MRC_CTL_EV_PROFILE_STATE)
     one = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_REPLACE_EV, [
@@ -343,6 +350,93 @@ def test_ev_events_and_probes(ctl):
         req, 1000)
     req[0].ev_fmt_mode = MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_STEV      # the QP is SRV6
     err(errno.EINVAL, c.mrc_ctl_ep_batch_send_wait, 0, MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE, req, 1000)
+
+
+def _op(op, entries):
+    return MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(op, entries))
+
+
+def _table_reads(model, start=0):
+    return [f["index"] for n, f in model.strobes[start:] if n == "TBL_CMD" and f["op"] == 2]
+
+
+def test_mrcnic_extensions(tmp_path):
+    """mrcnic's extensions, as the weight agent uses them: one copy by path-table index,
+    weights, per-EV counters, an event's EV without a path read once known, probes one
+    after the other with the stale replies counted."""
+    model, client, cfg = copies_nic(tmp_path)
+    c = MrcCtlContext(client, cfg)
+    s0 = len(model.strobes)
+    attr = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_ARRAY,
+                                                    entry_count=256))
+    c.mrc_ctl_query_ev_profile(1, attr, EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    arr = attr.ev_op.entries[:attr.ev_op.entry_count]
+    base = c.ev_profiles[1].base
+    assert [e.index for e in arr] == list(range(base, base + len(arr)))
+    assert all(e.weight == 1 for e in arr)
+    assert _table_reads(model, s0) == [e.index for e in arr]          # one read per entry
+    ev = arr[0].ev
+    i0, i1 = [e.index for e in arr if e.ev == ev]                      # the two copies
+    # QUERY_EV_STATE of one entry, EV left open: the query fills it in
+    q = MrcCtlEvOpEntry(index=i1)
+    c.mrc_ctl_query_ev_profile(1, _op(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_STATE, [q]),
+                               EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    assert (q.ev, q.state, q.weight) == (ev, GOOD, 1)
+    # MODIFY_EV_STATE of one copy
+    c.mrc_ctl_modify_ev_profile(1, _op(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE, [
+        MrcCtlEvOpEntry(ev, state=DENIED, index=i1)]), EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    assert path_state(model, i1) == EvState.DENIED.value and path_state(model, i0) == EvState.GOOD.value
+    other = next(e.ev for e in arr if e.ev != ev)
+    e = err(errno.ENOENT, c.mrc_ctl_modify_ev_profile, 1, _op(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE, [
+        MrcCtlEvOpEntry(ev, state=GOOD, index=i0), MrcCtlEvOpEntry(other, state=GOOD, index=i1)]),
+        EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    assert e.partial == 1 and "does not hold" in str(e)
+    err(errno.ENOENT, c.mrc_ctl_modify_ev_profile, 1, _op(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE, [
+        MrcCtlEvOpEntry(ev, state=GOOD, index=base + len(arr))]), EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    # weights: one copy, every copy, out of range (per-entry partial success)
+    s = len(model.strobes)
+    c.mrc_ctl_modify_ev_weight(1, [MrcCtlEvOpEntry(ev, index=i0, weight=7)])
+    c.mrc_ctl_modify_ev_weight(1, [MrcCtlEvOpEntry(ev, weight=3)])
+    assert [f for n, f in model.strobes[s:] if n == "EV_WEIGHT_SET"] == [
+        dict(index=i0, weight=7), dict(index=i0, weight=3), dict(index=i1, weight=3)]
+    e = err(errno.EINVAL, c.mrc_ctl_modify_ev_weight, 1, [MrcCtlEvOpEntry(ev, weight=2),
+                                                         MrcCtlEvOpEntry(ev, weight=256)])
+    assert e.partial == 1
+    assert path_state(model, i1) == EvState.DENIED.value             # weights leave states alone
+    q = MrcCtlEvOpEntry(ev, index=i0)
+    c.mrc_ctl_query_ev_profile(1, _op(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_STATE, [q]),
+                               EPM.MRC_CTL_EV_PROFILE_EV_OP)
+    assert (q.state, q.weight) == (GOOD, 2)
+    err(errno.ENOENT, c.mrc_ctl_modify_ev_weight, 9, [MrcCtlEvOpEntry(ev, weight=1)])
+    # per-EV counters: one copy, or every copy summed (32-bit, wrapping)
+    model.tables["evcnt"][i0] = pack_record(EvCounters, dict(packets=0xFFFFFFFF, ecn_echoes=2))
+    model.tables["evcnt"][i1] = pack_record(EvCounters, dict(packets=3, ecn_echoes=1, probes=4))
+    one, both = c.mrc_ctl_query_ev_counters(1, [MrcCtlEvOpEntry(ev, index=i1), MrcCtlEvOpEntry(ev)])
+    assert one == MrcCtlEvCounters(packets=3, ecn_echoes=1, probes=4)
+    assert both == MrcCtlEvCounters(packets=2, ecn_echoes=3, probes=4)
+    # events: the EV of an entry already read comes from the profile (no path read)
+    model.push_event(i1, EvState.ASSUMED_BAD.value, EvEventReason.ACK_TIMEOUT.value)
+    s = len(model.strobes)
+    (got,) = c.mrc_ctl_poll_ev_event(4)
+    assert (got.ev, got.index, got.state, got.reason) == (ev, i1, BAD, EvEventReason.ACK_TIMEOUT)
+    assert _table_reads(model, s) == []
+    # probes: the requested copies, one after the other; a stale reply is dropped and counted
+    model.push_probe_reply(i0, 1)
+    sent = []
+
+    def answer(_):                  # the reply of the probe in flight, and how many were sent
+        sent.append([f["index"] for n, f in model.strobes if n == "EV_PROBE_REQ"])
+        model.push_probe_reply(sent[-1][-1], 100 + sent[-1][-1])
+    fmt = c.ev_fmt_mode_of(1)
+    assert fmt == MrcCtlEvFmtMode.MRC_CTL_EV_FMT_MODE_SRV6
+    rsp = c.mrc_ctl_ep_batch_send_wait(0, MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE, [
+        MrcCtlEpReq(1, None, None, fmt, ev, index=i1), MrcCtlEpReq(2, None, None, fmt, ev, index=i0)],
+        10**9, sleep=answer)
+    assert [(r.req_id, r.port, r.rtt) for r in rsp] == [(1, ev.port, 100 + i1), (2, ev.port, 100 + i0)]
+    assert sent == [[i1], [i1, i0]] and c.ep_stale_rsp == 1
+    e = err(errno.EINVAL, c.mrc_ctl_ep_batch_send_wait, 0, MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE,
+            [MrcCtlEpReq(1, None, None, fmt, other, index=i0)], 1000)
+    assert f"(entry {i0}) is in no ONLINE profile" in str(e)
 
 
 def test_post_poll_and_host_memory(ctl):
