@@ -2,10 +2,25 @@
 
 :class:`WeightAgent` is the controller side of the OCP MRC 1.0 EV state machine
 (``mrc_ctl.h`` vocabulary: EV profiles, EV states GOOD / ASSUMED_BAD / DENIED,
-EV events, EV probes, weights).  It talks to the NIC only through
-:class:`~mrcnic.fw.client.CsrClient` (``docs/register-map.md``), so it runs the
-same against a board (UART), a simulation (TCP) or the in-process model
-(:class:`~mrcnic.fw.transport.LoopbackTransport`).
+EV events, EV probes, weights).  Every access to the NIC goes through the
+controller API :class:`~mrcnic.fw.mrc_ctl.MrcCtlContext` (``fw/mrc_ctl.py``,
+``docs/mrc-api.md``), the same path as ``mrcnic fw``:
+
+* EV profiles and their entries: the profiles the context adopted from the NIC
+  (the QPs' ``txqp.profile_base/profile_count``), each entry read with
+  ``mrc_ctl_query_ev_profile`` QUERY_EV_STATE (state and weight);
+* states: ``mrc_ctl_modify_ev_profile`` MODIFY_EV_STATE; weights and per-EV
+  counters: mrcnic's extensions ``mrc_ctl_modify_ev_weight`` /
+  ``mrc_ctl_query_ev_counters``; every operation names its path-table entry
+  (``MrcCtlEvOpEntry.index``: one copy of an EV, as the NIC reports it);
+* EV events: ``mrc_ctl_poll_ev_event``; EV probes: ``mrc_ctl_ep_batch_send_wait``
+  (``MRC_CTL_EP_OP_EV_PROBE``, one request, ETIMEDOUT = no reply).
+
+The context sits on the register client (:class:`~mrcnic.fw.client.CsrClient`), so
+the agent runs the same against a board (UART), a simulation (TCP) or the
+in-process model (:class:`~mrcnic.fw.transport.LoopbackTransport`).  Each period
+costs the same register accesses as raw register calls would: the API reads an
+entry's EV once, then keeps it.
 
 What the NIC does by itself (``rtl/reliability.py``): an ACK timeout makes the
 entry ASSUMED_BAD (EV event ACK_TIMEOUT), unless ``ev_min_active`` holds it GOOD
@@ -14,8 +29,8 @@ entry ASSUMED_BAD (EV event ACK_TIMEOUT), unless ``ev_min_active`` holds it GOOD
 
 What the agent adds, once per control period (:meth:`WeightAgent.step`):
 
-1. **Events.**  Every queued EV event is popped.  An ACK_TIMEOUT on a managed
-   entry *quarantines* it: ``EV_STATE_SET`` DENIED at once, so the NIC's own
+1. **Events.**  Every queued EV event is polled.  An ACK_TIMEOUT on a managed
+   entry *quarantines* it: MODIFY_EV_STATE DENIED at once, so the NIC's own
    probe cannot put a flapping path back into use, and one failure is counted.
    The ``deny_after``-th failure of an entry DENIES it for good (action
    ``denied``): the agent no longer probes it; only an operator ``ev allow``
@@ -26,15 +41,15 @@ What the agent adds, once per control period (:meth:`WeightAgent.step`):
    use (quarantined, denied, or DENIED by the operator) is read back: if it is no
    longer DENIED, an operator ran ``ev allow`` (action ``allowed``; the entry is
    managed again with its failure count reset).
-3. **Probes.**  Each quarantined entry gets one ``EV_PROBE_REQ`` (with the first QP
-   whose EV profile holds it), then the agent
-   waits up to ``probe_timeout_s`` for the reply with that index (the NIC tracks
-   one controller probe at a time, so probes are sent one after another; stale
-   replies are drained first).  ``restore_after`` consecutive replies restore the
+3. **Probes.**  Each quarantined entry gets one EV probe (``mrc_ctl_ep_batch_send_wait``
+   on that entry, sent with the first QP whose EV profile holds it), which waits up
+   to ``probe_timeout_s`` for its reply (the NIC tracks one controller probe at a
+   time, so probes are sent one after another; stale replies are drained first and
+   counted).  ``restore_after`` consecutive replies restore the
    entry (action ``restored`` with the RTT); a probe without reply resets the
    streak.
-4. **Congestion.**  The ``evcnt`` records of the next ``evcnt_per_period`` profile
-   entries (round robin) are read; on an
+4. **Congestion.**  The per-EV counters (``mrc_ctl_query_ev_counters``) of the next
+   ``evcnt_per_period`` profile entries (round robin) are read; on an
    active entry with at least ``min_packets`` new packets whose ECN-echo ratio
    (delta ``ecn_echoes`` / delta ``packets``) exceeds ``ecn_threshold`` the
    weight is halved (minimum 1, action ``ecn_halve``); after ``quiet_periods``
@@ -45,8 +60,8 @@ What the agent adds, once per control period (:meth:`WeightAgent.step`):
    is adopted as the new baseline (action ``operator_weight``).
 
 **Order of the writes (no half-applied change).**  State and weight are separate
-commands.  Quarantine and deny are one ``EV_STATE_SET`` DENIED.  A restore writes
-``EV_WEIGHT_SET`` (baseline) *first*, then ``EV_STATE_SET`` GOOD: the entry is
+calls (one register write each).  Quarantine and deny are one MODIFY_EV_STATE DENIED.
+A restore sets the weight (baseline) *first*, then MODIFY_EV_STATE GOOD: the entry is
 never in use with a stale weight, and if the second write fails the entry is
 still DENIED (still out of use) with its baseline weight.  The agent's own
 record of an entry changes only after all its writes succeeded; a popped event
@@ -72,6 +87,7 @@ counted it GOOD when it let other entries fail; its probes restore it after
 """
 
 import enum as py_enum
+import errno
 import json
 import math
 import os
@@ -79,19 +95,26 @@ import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass
 
-from ..rtl.layouts import EvEventReason, EvState
+from ..rtl.layouts import EvEventReason
 from .client import CsrClient
+from .mrc_ctl import (MRC_CTL_EV_UNPOPULATED, MrcCtlContext, MrcCtlEpOpType, MrcCtlEpReq,
+                      MrcCtlError, MrcCtlEvOp, MrcCtlEvOpArgs, MrcCtlEvOpEntry,
+                      MrcCtlEvProfileAttr, MrcCtlEvProfileAttrMask, MrcCtlEvState)
 
 __all__ = ["WeightAgent", "AgentError", "EntryStatus", "EntryState", "MAX_EVENTS_PER_STEP"]
 
 MAX_EVENTS_PER_STEP = 1024   #: EV events popped per period at most (the rest wait a period)
 _M32 = 0xFFFFFFFF
+_GOOD, _BAD, _DENIED = (MrcCtlEvState.MRC_CTL_EV_GOOD, MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD,
+                        MrcCtlEvState.MRC_CTL_EV_DENIED)
+_EV_OP = MrcCtlEvProfileAttrMask.MRC_CTL_EV_PROFILE_EV_OP
 
 
 class AgentError(IOError):
     """A bus or link error while the agent acted; the message names the action,
-    the entry and the underlying :class:`~mrcnic.fw.transport.TransportError` /
-    :class:`~mrcnic.fw.uart.LinkError` (``__cause__``)."""
+    the entry and the underlying error (``__cause__``): the API's
+    :class:`~mrcnic.fw.mrc_ctl.MrcCtlError` (``EIO`` for a bus error), or a
+    :class:`~mrcnic.fw.uart.LinkError` / socket error of the link."""
 
 
 class EntryStatus(str, py_enum.Enum):
@@ -130,8 +153,10 @@ class WeightAgent:
 
     Parameters
     ----------
-    client : CsrClient
-        Register client of the NIC (any blocking transport).
+    client : MrcCtlContext or CsrClient
+        The NIC's controller context (``fw/mrc_ctl.py``), or its register client (any
+        blocking transport), which :meth:`start` wraps into one
+        (``MrcCtlContext(client)``: nothing is read before :meth:`start`).
     period_s : float
         Control period, seconds (> 0): :meth:`run` calls :meth:`step` this often.
     probe_timeout_s : float
@@ -166,6 +191,11 @@ class WeightAgent:
 
     Attributes
     ----------
+    ctl : MrcCtlContext or None
+        The controller API the agent acts through (None until :meth:`start` when a
+        register client was given).
+    client : CsrClient
+        The register client under it.
     log : list of dict
         Every action, in order: ``{t_s, action, index, ev, ...detail}`` with
         ``t_s`` seconds since :meth:`start`.  Actions: ``start``, ``quarantine``,
@@ -187,10 +217,11 @@ class WeightAgent:
         From :meth:`start` / :meth:`step` / :meth:`run`: a bus or link error.
     """
 
-    def __init__(self, client: CsrClient, *, period_s: float = 0.05, probe_timeout_s: float = 0.02,
-                 restore_after: int = 2, deny_after: int = 3, ecn_threshold: float = 0.2,
-                 min_packets: int = 8, quiet_periods: int = 4, evcnt_per_period: int = 16,
-                 log=None, on_action=None, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, client: MrcCtlContext | CsrClient, *, period_s: float = 0.05,
+                 probe_timeout_s: float = 0.02, restore_after: int = 2, deny_after: int = 3,
+                 ecn_threshold: float = 0.2, min_packets: int = 8, quiet_periods: int = 4,
+                 evcnt_per_period: int = 16, log=None, on_action=None, clock=time.monotonic,
+                 sleep=time.sleep):
         for name, v in (("period_s", period_s), ("probe_timeout_s", probe_timeout_s)):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
                 raise ValueError(f"{name} must be > 0 seconds (finite), not {v!r}")
@@ -202,7 +233,10 @@ class WeightAgent:
         if (not isinstance(ecn_threshold, (int, float)) or isinstance(ecn_threshold, bool)
                 or not 0 <= ecn_threshold <= 1):
             raise ValueError(f"ecn_threshold must be a ratio 0..1, not {ecn_threshold!r}")
-        self.client = client
+        if isinstance(client, MrcCtlContext):
+            self.ctl, self.client = client, client.client
+        else:
+            self.ctl, self.client = None, client
         self.period_s, self.probe_timeout_s = float(period_s), float(probe_timeout_s)
         self.restore_after, self.deny_after = restore_after, deny_after
         self.ecn_threshold, self.min_packets = float(ecn_threshold), min_packets
@@ -218,6 +252,9 @@ class WeightAgent:
         self.stats = Counter()
         self._pending = deque()
         self._counters = {}
+        self._pid = {}                  # path-table index -> EV profile id (the API's)
+        self._ev = {}                   # path-table index -> MrcCtlEv (value, 1-based port)
+        self._fmt = {}                  # EV profile id -> MrcCtlEvFmtMode (probe requests)
         self._t0 = None
         self._ready = False
 
@@ -228,45 +265,53 @@ class WeightAgent:
         return self._ready
 
     def start(self):
-        """Read the EV profiles (``txqp.profile_base/profile_count``) and the path
-        table's weights (the baselines); quarantine entries found ASSUMED_BAD, leave
-        entries found DENIED to the operator.  Profile entries beyond the NIC's path
+        """Read the EV profiles (those of the QPs, adopted by the controller API) and each
+        entry's state and weight (the baselines); quarantine entries found ASSUMED_BAD,
+        leave entries found DENIED to the operator.  Profile entries beyond the NIC's path
         table (``ID_PATH_DEPTH``) are ignored.  After an :class:`AgentError` it can be
         called again (:meth:`step` does): entries it already quarantined stay the
         agent's own."""
-        c = self.client
         if self._t0 is None:
             self._t0 = self.clock()
-        ident = self._hw("identify the NIC", None, c.identity)
+        if self.ctl is None:
+            self.ctl = self._hw("identify the NIC", None, MrcCtlContext, self.client)
+        ctl = self.ctl
+        depth = min(self.client.regmap.table("path").depth, ctl.depth)
         ranges, owner = {}, {}
-        depth = min(c.regmap.table("path").depth, ident["ID_PATH_DEPTH"])
-        prev, self.entries = self.entries, {}
-        for q in range(self._hw("read ID_MAX_QPS", None, c.read, "ID_MAX_QPS")):
-            ctx = self._hw(f"read txqp[{q}]", None, c.read_table, "txqp", q)
-            rng = (ctx["profile_base"], ctx["profile_count"])
-            if rng[1] and rng not in ranges.values():
-                ranges[f"qp{q}"] = rng
-                for i in range(rng[0], min(rng[0] + rng[1], depth)):
-                    owner.setdefault(i, q)
+        attached = sorted((ctl.qps_of(pid)[0], pid) for pid, p in ctl.ev_profiles.items()
+                          if p.base is not None and ctl.qps_of(pid))
+        for q, pid in attached:
+            prof = ctl.ev_profiles[pid]
+            ranges[f"qp{q}"] = (prof.base, prof.size)
+            for i in range(prof.base, min(prof.base + prof.size, depth)):
+                owner.setdefault(i, pid)
         self.profiles = ranges
         indices = sorted(owner)
+        for i in indices:               # the API's profile of an entry (its EV events' too)
+            pid = ctl.profile_of_index(i)[0]
+            self._pid[i] = pid if ctl.qps_of(pid) else owner[i]
+        for pid in set(self._pid.values()):
+            self._fmt[pid] = self._hw(f"EV format of profile {pid}", None, ctl.ev_fmt_mode_of, pid)
+        prev, self.entries = self.entries, {}
         found = {}
         for i in indices:
-            e = self._hw(f"read path[{i}]", None, c.read_table, "path", i)
-            found[i] = e["state"]
+            e = self._hw(f"read path[{i}]", None, self._query, i, MRC_CTL_EV_UNPOPULATED)
+            self._ev[i] = e.ev
+            found[i] = e.state
             old = prev.get(i)
             if old is not None and old.status is not EntryStatus.ACTIVE:
                 self.entries[i] = old       # quarantined by an interrupted start()
                 continue
-            self.entries[i] = EntryState(i, e["ev"], e["weight"], e["weight"], qp=owner[i])
-            if e["state"] == EvState.DENIED.value:
+            self.entries[i] = EntryState(i, e.ev.val, e.weight, e.weight,
+                                         qp=ctl.qps_of(self._pid[i])[0])
+            if e.state == _DENIED:
                 self.entries[i].status = EntryStatus.OPERATOR
         self._emit("start", None, entries=len(indices),
                    profiles={k: list(v) for k, v in ranges.items()},
                    operator_denied=[i for i, s in self.entries.items()
                                     if s.status is EntryStatus.OPERATOR])
         for i in indices:
-            if found[i] == EvState.ASSUMED_BAD.value:
+            if found[i] == _BAD:
                 self._quarantine(self.entries[i], cause="ASSUMED_BAD at start")
         self._ready = True
         return self
@@ -289,13 +334,13 @@ class WeightAgent:
         if not self.started:
             self.start()
         self.stats["periods"] += 1
-        c = self.client
         while len(self._pending) < MAX_EVENTS_PER_STEP:
-            ev = self._hw("pop EV_EVENT", None, c.pop_event)
-            if ev is None:
+            # one event per call: an error loses no event already popped
+            got = self._hw("poll EV events", None, self.ctl.mrc_ctl_poll_ev_event, 1)
+            if not got:
                 break
             self.stats["events"] += 1
-            self._pending.append(ev)
+            self._pending.append(got[0])
         while self._pending:
             self._handle_event(self._pending[0])
             self._pending.popleft()                 # only once its action is done
@@ -350,6 +395,7 @@ class WeightAgent:
 
     # -- actions ------------------------------------------------------------------------
     def _handle_event(self, ev):
+        """``ev``: an :class:`~mrcnic.fw.mrc_ctl.MrcCtlEvEvent` (``index``, ``reason``)."""
         st = self.entries.get(ev.index)
         if st is None:
             self.stats["unmanaged_events"] += 1
@@ -367,8 +413,7 @@ class WeightAgent:
 
     def _quarantine(self, st, cause):
         final = st.failures + 1 >= self.deny_after
-        self._hw("deny" if final else "quarantine", st, self.client.set_ev_state,
-                 st.index, EvState.DENIED)
+        self._hw("deny" if final else "quarantine", st, self._set_state, st, _DENIED)
         st.failures += 1
         st.status = EntryStatus.DENIED if final else EntryStatus.QUARANTINED
         st.streak = st.quiet = 0
@@ -378,37 +423,36 @@ class WeightAgent:
         for st in list(self.entries.values()):
             if st.status is EntryStatus.ACTIVE:
                 continue
-            e = self._hw("read back", st, self.client.read_table, "path", st.index)
-            if e["state"] == EvState.DENIED.value:
+            e = self._hw("read back", st, self._query, st.index)
+            if e.state == _DENIED:
                 continue
             prev = st.status
             st.status, st.failures, st.streak, st.quiet = EntryStatus.ACTIVE, 0, 0, 0
-            st.ev, st.weight = e["ev"], e["weight"]
+            st.ev, st.weight = e.ev.val, e.weight
             self._emit("allowed", st, was=prev.value, weight=st.weight, baseline=st.baseline)
-            if e["state"] == EvState.ASSUMED_BAD.value:
+            if e.state == _BAD:
                 self._quarantine(st, cause="ASSUMED_BAD after allow")
 
     def _probe_entry(self, st):
-        c = self.client
-        while self._hw("drain probe replies", st, c.pop_probe_reply) is not None:
-            self.stats["stale_replies"] += 1
-        self._hw("probe", st, c.probe, st.index, st.qp)
+        c = self.ctl
+        req = MrcCtlEpReq(st.index, None, None, self._fmt.get(self._pid[st.index]) or 0,
+                          self._ev[st.index], index=st.index)
+        stale = c.ep_stale_rsp
+        try:
+            rsp = self._hw("send a probe and wait for the probe replies", st,
+                           c.mrc_ctl_ep_batch_send_wait, 0, MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE,
+                           [req], round(self.probe_timeout_s * 1e9), sleep=self.sleep,
+                           clock=self.clock, poll_s=self._poll_s)
+            rtt = rsp[0].rtt
+        except AgentError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, MrcCtlError) and cause.errno == errno.ETIMEDOUT):
+                raise
+            rtt = None                  # sent, no reply in time
+        finally:
+            self.stats["stale_replies"] += c.ep_stale_rsp - stale
         st.probes += 1
         self.stats["probes"] += 1
-        deadline = self.clock() + self.probe_timeout_s
-        rtt = None
-        while True:
-            r = self._hw("read probe reply", st, c.pop_probe_reply)
-            if r is not None:
-                if r.index == st.index:
-                    rtt = r.rtt_ns
-                    break
-                self.stats["stale_replies"] += 1
-                continue
-            now = self.clock()
-            if now >= deadline:
-                break
-            self.sleep(min(self._poll_s, deadline - now))
         if rtt is None:
             self.stats["probes_lost"] += 1
             st.streak = 0
@@ -419,27 +463,26 @@ class WeightAgent:
             st.streak += 1
             return
         # weight first, then GOOD: never in use with a stale weight
-        self._hw("restore weight", st, c.set_ev_weight, st.index, st.baseline)
-        self._hw("restore state", st, c.set_ev_state, st.index, EvState.GOOD)
+        self._hw("restore weight", st, self._set_weight_hw, st, st.baseline)
+        self._hw("restore state", st, self._set_state, st, _GOOD)
         st.status, st.weight, st.streak, st.quiet = EntryStatus.ACTIVE, st.baseline, 0, 0
         self._emit("restored", st, rtt_ns=rtt, weight=st.weight, failures=st.failures,
                    probes=self.restore_after)
 
     def _congestion(self):
-        c = self.client
         items = list(self.entries.items())
         n = min(len(items), self.evcnt_per_period)
         if not items:
             return
         start, self._cc_pos = self._cc_pos % len(items), (self._cc_pos + n) % len(items)
         for i, st in (items * 2)[start:start + n]:
-            cnt = self._hw("read evcnt", st, c.read_table, "evcnt", i)
+            cnt = self._hw("read evcnt", st, self._ev_counters, st)
             prev, self._counters[i] = self._counters.get(i), cnt
             if prev is None or st.status is not EntryStatus.ACTIVE or st.weight == 0:
                 st.quiet = 0
                 continue
-            pkts = (cnt["packets"] - prev["packets"]) & _M32
-            ecn = (cnt["ecn_echoes"] - prev["ecn_echoes"]) & _M32
+            pkts = (cnt.packets - prev.packets) & _M32
+            ecn = (cnt.ecn_echoes - prev.ecn_echoes) & _M32
             if pkts >= self.min_packets and ecn / pkts > self.ecn_threshold:
                 st.quiet = 0
                 new = max(1, st.weight // 2)
@@ -457,26 +500,51 @@ class WeightAgent:
     def _set_weight(self, st, weight, action, **detail):
         """Write a weight to an active entry after checking it is still what the agent
         believes (not DENIED by the operator, weight not changed by the operator)."""
-        e = self._hw("read back", st, self.client.read_table, "path", st.index)
-        if e["state"] == EvState.DENIED.value:
+        e = self._hw("read back", st, self._query, st.index)
+        if e.state == _DENIED:
             st.status = EntryStatus.OPERATOR
-            self._emit("operator_denied", st, weight=e["weight"])
+            self._emit("operator_denied", st, weight=e.weight)
             return
-        if e["state"] != EvState.GOOD.value:
+        if e.state != _GOOD:
             return                      # ASSUMED_BAD: its ACK_TIMEOUT event comes next period
-        if e["weight"] != st.weight:
-            st.weight = st.baseline = e["weight"]
+        if e.weight != st.weight:
+            st.weight = st.baseline = e.weight
             self._emit("operator_weight", st, weight=st.weight)
             return
-        self._hw(action, st, self.client.set_ev_weight, st.index, weight)
+        self._hw(action, st, self._set_weight_hw, st, weight)
         old, st.weight = st.weight, weight
         self._emit(action, st, weight=weight, old_weight=old, baseline=st.baseline, **detail)
 
+    # -- the controller API calls ------------------------------------------------------
+    def _op_entry(self, index, ev=None, **kw):
+        return MrcCtlEvOpEntry(self._ev[index] if ev is None else ev, index=index, **kw)
+
+    def _query(self, index, ev=None):
+        """QUERY_EV_STATE of one path-table entry: the MrcCtlEvOpEntry with its EV, the
+        NIC's state and weight."""
+        attr = MrcCtlEvProfileAttr(ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_QUERY_EV_STATE,
+                                                        [self._op_entry(index, ev)]))
+        self.ctl.mrc_ctl_query_ev_profile(self._pid[index], attr, _EV_OP)
+        return attr.ev_op.entries[0]
+
+    def _set_state(self, st, state):
+        """MODIFY_EV_STATE of the entry (GOOD or DENIED)."""
+        self.ctl.mrc_ctl_modify_ev_profile(self._pid[st.index], MrcCtlEvProfileAttr(
+            ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE,
+                                 [self._op_entry(st.index, state=state)])), _EV_OP)
+
+    def _set_weight_hw(self, st, weight):
+        self.ctl.mrc_ctl_modify_ev_weight(self._pid[st.index],
+                                          [self._op_entry(st.index, weight=weight)])
+
+    def _ev_counters(self, st):
+        return self.ctl.mrc_ctl_query_ev_counters(self._pid[st.index], [self._op_entry(st.index)])[0]
+
     # -- helpers ------------------------------------------------------------------------
-    def _hw(self, what, st, fn, *args):
+    def _hw(self, what, st, fn, *args, **kwargs):
         try:
-            return fn(*args)
-        except OSError as exc:      # TransportError, LinkError, socket errors
+            return fn(*args, **kwargs)
+        except OSError as exc:      # MrcCtlError (EIO: bus error), LinkError, socket errors
             where = "" if st is None else f" of entry {st.index} (EV {st.ev:#x})"
             raise AgentError(f"agent: {what}{where} failed: {exc}") from exc
 

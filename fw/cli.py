@@ -1,7 +1,15 @@
 """``mrcnic fw``: the firmware command line (a board over UART, a simulation over TCP).
 
 Every command goes through :class:`mrcnic.fw.client.CsrClient` (names, fields and
-legal values from the one register map) over a transport chosen by ``--target``:
+legal values from the one register map) over a transport chosen by ``--target``;
+whatever the OCP controller API covers goes through it
+(:class:`mrcnic.fw.mrc_ctl.MrcCtlContext` on that client, ``docs/mrc-api.md``), the
+same path as the weight agent: port admin states (``ports``), EV states and weights
+(``ev deny/allow/set-weight``), EV probes (``ev probe``), EV events (``events``), the
+``ctl``/``wr``/``mem`` commands and ``agent run``.  Register views the API does not
+model stay on the register client: the ID block (``device``), next-hop MACs, the EV
+lookup and ``ev list`` (path-table fields: DA, carriers), counters, ``cc`` (the NIC's
+own NSCC fields and units) and ``provision``.
 
 * ``uart:DEVICE[:BAUD]`` -- a board's ``UartAxilBridge`` (``mrcnic.fw.uart``, 8N1,
   default 115200 baud);
@@ -88,7 +96,7 @@ class _Ctx:
 
     def __init__(self, target, config, as_json, timeout):
         self.target, self.config_path, self.as_json, self.timeout = target, config, as_json, timeout
-        self._client = self._cfg = None
+        self._client = self._cfg = self._ctl = None
 
     @property
     def client(self) -> CsrClient:
@@ -98,6 +106,27 @@ class _Ctx:
                               "(or set MRCNIC_TARGET)")
             self._client = CsrClient(open_target(self.target, self.timeout))
         return self._client
+
+    @property
+    def ctl(self):
+        """The controller API (``mrc_ctl.h``) on the NIC, created once per command (with
+        ``--config`` its profiles have the configuration's names)."""
+        if self._ctl is None:
+            from .mrc_ctl import MrcCtlContext
+            self._ctl = MrcCtlContext(self.client, self.cfg[0] if self.cfg is not None else None)
+        return self._ctl
+
+    def ctl_profile(self, prof, index: int) -> int:
+        """The API's EV profile id of the command's profile ``prof`` (holding path-table
+        entry ``index``)."""
+        ctl = self.ctl
+        for pid, p in ctl.ev_profiles.items():
+            if p.base is not None and (p.base, p.size) == (prof["base"], prof["count"]):
+                return pid
+        pid, _ = ctl.profile_of_index(index)
+        if pid is None:
+            raise FwError(f"path-table entry {index} is in no EV profile of the NIC")
+        return pid
 
     def progress(self, total: int, label: str):
         """A transient progress bar on stderr (people only: not with --json, not for a few
@@ -217,11 +246,17 @@ def _guard(fn):
     import functools
 
     from ..config import ConfigError
+    from .mrc_ctl import MrcCtlError
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except MrcCtlError as exc:
+            # the API's bus error / no answer is the NIC's failure; its other errnos: bad input
+            if exc.errno in (errno.EIO, errno.ETIMEDOUT):
+                raise FwFailed(str(exc)) from None
+            raise FwError(str(exc)) from None
         except (CsrValueError, ConfigError) as exc:
             raise FwError(str(exc)) from None
         except (TransportError, LinkError) as exc:
@@ -290,13 +325,17 @@ def device(obj):
 
 
 # ---- ports ------------------------------------------------------------------------------
-def _ports_state(c):
-    n = c.read("ID_PORTS")
-    up = c.read_field("PORT_ADMIN", "up")
+def _ports_state(obj):
+    """Admin state (mrc_ctl_query_port; 1-based there) and next-hop MAC (a register the API
+    does not model) of every port, 0-based."""
+    from .mrc_ctl import MrcCtlPortAdminState
+    c, ctl = obj.client, obj.ctl
     rows = []
-    for p in range(n):
+    for p in range(ctl.n_ports):
+        up = ctl.mrc_ctl_query_port(p + 1).port_admin_state == \
+            MrcCtlPortAdminState.MRC_CTL_PORT_ADMIN_ENABLED
         mac = c.read(f"PORT{p}_NH_MAC_HI") << 32 | c.read(f"PORT{p}_NH_MAC_LO")
-        rows.append(dict(port=p, admin="up" if up >> p & 1 else "down", next_hop_mac=_mac(mac)))
+        rows.append(dict(port=p, admin="up" if up else "down", next_hop_mac=_mac(mac)))
     return rows
 
 
@@ -310,19 +349,21 @@ def ports(ctx):
 
 @_guard
 def _show_ports(obj):
-    rows = _ports_state(obj.client)
+    rows = _ports_state(obj)
     obj.emit(rows, lambda: _table("ports", ("port", "admin", "MAC"),
                                   [(r["port"], r["admin"], r["next_hop_mac"]) for r in rows]))
 
 
 def _set_port(obj, port, up):
-    c = obj.client
-    n = c.read("ID_PORTS")
+    """mrc_ctl_modify_port of 0-based ``port`` (the header's port ``port + 1``)."""
+    from .mrc_ctl import MrcCtlPortAdminState, MrcCtlPortAttr, MrcCtlPortAttrMask
+    ctl = obj.ctl
+    n = ctl.n_ports
     if not 0 <= port < n:
         raise FwError(f"port {port} does not exist (ports 0..{n - 1})")
-    bits = c.read_field("PORT_ADMIN", "up")
-    bits = bits | (1 << port) if up else bits & ~(1 << port)
-    c.write_field("PORT_ADMIN", "up", bits)
+    state = MrcCtlPortAdminState.MRC_CTL_PORT_ADMIN_ENABLED if up else \
+        MrcCtlPortAdminState.MRC_CTL_PORT_ADMIN_DISABLED
+    ctl.mrc_ctl_modify_port(port + 1, MrcCtlPortAttr(state), MrcCtlPortAttrMask.MRC_CTL_PORT_ADMIN_STATE)
     _show_ports(obj)
 
 
@@ -383,6 +424,22 @@ def ev_list(obj, profile):
 _profile_opt = click.option("--profile", default=None, help="EV profile holding the EV.")
 
 
+def _op_entries(entries, idx, **kw):
+    """MrcCtlEvOpEntry of each path-table entry in ``idx`` (``index``: that copy only)."""
+    from .mrc_ctl import MrcCtlEv, MrcCtlEvOpEntry
+    return [MrcCtlEvOpEntry(MrcCtlEv(e["ev"], e["port"] + 1), index=e["index"], **kw)
+            for e in entries if e["index"] in idx]
+
+
+def _set_ev_state(obj, prof, entries, idx, state):
+    """mrc_ctl_modify_ev_profile MODIFY_EV_STATE of the entries ``idx`` of ``prof``."""
+    from .mrc_ctl import MrcCtlEvOp, MrcCtlEvOpArgs, MrcCtlEvProfileAttr
+    from .mrc_ctl import MrcCtlEvProfileAttrMask as M
+    obj.ctl.mrc_ctl_modify_ev_profile(obj.ctl_profile(prof, idx[0]), MrcCtlEvProfileAttr(
+        ev_op=MrcCtlEvOpArgs(MrcCtlEvOp.MRC_CTL_EV_OP_MODIFY_EV_STATE,
+                             _op_entries(entries, idx, state=state))), M.MRC_CTL_EV_PROFILE_EV_OP)
+
+
 @ev.command("set-weight")
 @click.argument("ev_value", metavar="EV", type=INT)
 @click.argument("weight", type=INT)
@@ -390,13 +447,13 @@ _profile_opt = click.option("--profile", default=None, help="EV profile holding 
 @click.pass_obj
 @_guard
 def ev_set_weight(obj, ev_value, weight, profile):
-    """Set the weight (decisions per round) of every copy of EV."""
+    """Set the weight (decisions per round) of every copy of EV (mrc_ctl_modify_ev_weight)."""
     f = REGMAP["EV_WEIGHT_SET"].field("weight")
     if not f.legal(weight):
         raise FwError(f"weight {weight} out of range 0..{(1 << f.width) - 1}")
-    name, _, _, idx = obj.resolve_ev(ev_value, profile)
-    for i in idx:
-        obj.client.set_ev_weight(i, weight)
+    name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
+    obj.ctl.mrc_ctl_modify_ev_weight(obj.ctl_profile(prof, idx[0]),
+                                     _op_entries(entries, idx, weight=weight))
     _report(obj, "set-weight", name, ev_value, idx, weight=weight)
 
 
@@ -414,15 +471,17 @@ def _report(obj, action, profile, ev_value, idx, **extra):
 @_guard
 def ev_deny(obj, ev_value, profile):
     """Mark EV DENIED (never used for data); refused if it would break ev_min_active."""
+    from .mrc_ctl import MrcCtlEvState, MrcCtlPortAdminState
     name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
-    up = obj.client.read_field("PORT_ADMIN", "up")
-    good = {(e["ev"], e["port"]) for e in entries
-            if e["state"] == EvState.GOOD.value and e["index"] not in idx and up >> e["port"] & 1}
+    cand = [e for e in entries if e["state"] == EvState.GOOD.value and e["index"] not in idx]
+    up = {p for p in {e["port"] for e in cand}
+          if obj.ctl.mrc_ctl_query_port(p + 1).port_admin_state
+          == MrcCtlPortAdminState.MRC_CTL_PORT_ADMIN_ENABLED}
+    good = {(e["ev"], e["port"]) for e in cand if e["port"] in up}
     if len(good) < prof["ev_min_active"]:
         raise FwError(f"denying EV {ev_value:#x} would leave {len(good)} GOOD EVs in profile {name}, "
                       f"below its ev_min_active {prof['ev_min_active']}; nothing changed")
-    for i in idx:
-        obj.client.set_ev_state(i, EvState.DENIED)
+    _set_ev_state(obj, prof, entries, idx, MrcCtlEvState.MRC_CTL_EV_DENIED)
     _report(obj, "deny", name, ev_value, idx, good_evs_left=len(good))
 
 
@@ -433,9 +492,9 @@ def ev_deny(obj, ev_value, profile):
 @_guard
 def ev_allow(obj, ev_value, profile):
     """Return EV to GOOD (every copy)."""
-    name, _, _, idx = obj.resolve_ev(ev_value, profile)
-    for i in idx:
-        obj.client.set_ev_state(i, EvState.GOOD)
+    from .mrc_ctl import MrcCtlEvState
+    name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
+    _set_ev_state(obj, prof, entries, idx, MrcCtlEvState.MRC_CTL_EV_GOOD)
     _report(obj, "allow", name, ev_value, idx)
 
 
@@ -447,7 +506,9 @@ def ev_allow(obj, ev_value, profile):
 @click.pass_obj
 @_guard
 def ev_probe(obj, ev_value, profile, wait):
-    """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)."""
+    """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)
+    (mrc_ctl_ep_batch_send_wait: one probe after the other, each waiting up to the wait time)."""
+    from .mrc_ctl import MrcCtlEpOpType, MrcCtlEpReq, MrcCtlError, MrcCtlEv
     if not 0 <= wait < float("inf"):
         raise FwError(f"--wait must be >= 0 seconds, not {wait}")
     name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
@@ -456,27 +517,28 @@ def ev_probe(obj, ev_value, profile, wait):
         if e["index"] in idx:
             by_port.setdefault(e["port"], e["index"])
     want = set(by_port.values())
-    c = obj.client
-    while c.pop_probe_reply() is not None:     # drop stale replies
-        pass
-    replies = []
-    # the NIC tracks one controller probe at a time: one {EV, port} after the other
-    for i in sorted(want):
-        c.probe(i, prof.get("qp", 0))
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            r = c.pop_probe_reply()
-            if r is None:
-                time.sleep(0.01)
-                continue
-            replies.append(dict(index=r.index, rtt_ns=r.rtt_ns, requested=r.index in want))
-            if r.index == i:
-                break
+    ctl = obj.ctl
+    pid = obj.ctl_profile(prof, min(want))
+    fmt = ctl.ev_fmt_mode_of(pid) or 0
+    req = [MrcCtlEpReq(i, None, None, fmt, MrcCtlEv(ev_value, port + 1), index=i)
+           for port, i in sorted(by_port.items(), key=lambda pi: pi[1])]
+    stale = ctl.ep_stale_rsp
+    try:
+        rsp = ctl.mrc_ctl_ep_batch_send_wait(0, MrcCtlEpOpType.MRC_CTL_EP_OP_EV_PROBE, req,
+                                             round(wait * 1e9))
+    except MrcCtlError as exc:
+        if exc.errno != errno.ETIMEDOUT:
+            raise
+        rsp = exc.rsp
+    replies = [dict(index=r.req_id, rtt_ns=r.rtt, requested=True) for r in rsp]
     missing = sorted(want - {r["index"] for r in replies})
-    data = dict(profile=name, ev=ev_value, replies=replies, missing=missing)
+    data = dict(profile=name, ev=ev_value, replies=replies, missing=missing,
+                other_replies=ctl.ep_stale_rsp - stale)
     obj.emit(data, lambda: _table(f"EV probe {ev_value:#x} ({name})", ("index", "RTT ns", "note"),
-                                  [(r["index"], r["rtt_ns"], "" if r["requested"] else "other probe")
-                                   for r in replies] + [(i, "-", "no reply") for i in missing]))
+                                  [(r["index"], r["rtt_ns"], "") for r in replies]
+                                  + [(i, "-", "no reply") for i in missing]
+                                  + ([("", "", f"{data['other_replies']} replies of other probes "
+                                              "dropped")] if data["other_replies"] else [])))
     if missing and not replies:
         raise FwFailed(f"no probe reply for EV {ev_value:#x} within {wait} s (wall clock; a "
                       "simulated NIC needs more: --wait 30)")
@@ -493,7 +555,7 @@ def events(obj, limit):
     from .mrc_ctl import MrcCtlEvState
     hw = {MrcCtlEvState.MRC_CTL_EV_GOOD: "GOOD", MrcCtlEvState.MRC_CTL_EV_ASSUMED_BAD: "ASSUMED_BAD",
           MrcCtlEvState.MRC_CTL_EV_DENIED: "DENIED"}
-    ctl, out = _ctl(obj), []
+    ctl, out = obj.ctl, []
     while len(out) < limit:
         got = ctl.mrc_ctl_poll_ev_event(1)
         if not got:
@@ -586,6 +648,7 @@ def _action_line(rec):
 def agent_run(obj, period, probe_timeout, duration, periods, restore_after, deny_after,
               ecn_threshold, log_path):
     """Run the weight manager: one line per action (--json: JSON lines), a summary at the end.
+    It acts through the controller API (mrc_ctl.h), as every other command.
 
     Every period: pop the EV events (ACK_TIMEOUT -> the EV is set DENIED and probed),
     probe the quarantined EVs (replies -> GOOD with the configured weight), halve the
@@ -753,24 +816,12 @@ def provision(obj, config_file, dry_run, verify):
 
 # ---- the OCP MRC APIs: controller (mrc_ctl.h) and application (mrc.h) ---------------------
 def _mrc_guard(fn):
-    """_guard, plus the APIs' errno errors as one clear message."""
-    import functools
-
-    from .mrc_ctl import MrcCtlError
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except MrcCtlError as exc:
-            raise FwError(str(exc)) from None
-    return _guard(wrapper)
+    """_guard (which also turns the APIs' errno errors into one clear message)."""
+    return _guard(fn)
 
 
 def _ctl(obj):
-    from .mrc_ctl import MrcCtlContext
-    cfg = obj.cfg[0] if obj.cfg is not None else None
-    return MrcCtlContext(obj.client, cfg)
+    return obj.ctl
 
 
 def _app(obj):

@@ -7,16 +7,19 @@ hardware does behind the EV command registers -- ``EV_STATE_SET`` /
 ``EV_PROBE_REQ`` is answered (probe reply with an RTT) only when the entry's
 link works.  The clock is fake (``sleep`` advances it), so the tests are instant;
 the CLI test serves the model over TCP (``CsrServer``) and runs in real time.
+The agent reaches the NIC through the controller API (``fw/mrc_ctl.py``) only.
 """
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from mrcnic.cli import main
 from mrcnic.fw.agent import AgentError, EntryStatus, WeightAgent
-from mrcnic.fw.client import CsrClient, pack_record, unpack_record
+from mrcnic.fw.client import _OPS, CsrClient, pack_record, unpack_record
+from mrcnic.fw.mrc_ctl import MrcCtlContext
 from mrcnic.fw.tcp import CsrServer
 from mrcnic.fw.transport import LoopbackTransport, TransportError
 from mrcnic.rtl.layouts import EvCounters, EvEventReason, EvState, PathEntry
@@ -151,6 +154,65 @@ def test_start_reads_profiles_and_baselines(nic):
     assert a.log[0]["action"] == "start" and a.log[0]["entries"] == 6
     assert a.log[0]["operator_denied"] == [5]
     assert actions(a, "quarantine")[0]["cause"] == "ASSUMED_BAD at start"
+
+
+def test_start_with_a_controller_context(nic):
+    """The agent takes the mrc_ctl context itself (e.g. the one `mrcnic fw` built) as well."""
+    ctl = MrcCtlContext(CsrClient(nic))
+    ft = FakeTime()
+    a = WeightAgent(ctl, clock=ft.clock, sleep=ft.sleep)
+    assert a.ctl is ctl and a.client is ctl.client
+    a.start()
+    assert a.profiles == {"qp0": (0, 4), "qp1": (2, 4)} and sorted(a.entries) == list(range(6))
+    nic.link_down(2)
+    a.step()
+    assert a.entries[2].status is EntryStatus.QUARANTINED and probed_qp(nic) == [(2, 0)]
+
+
+class _Watched(CsrClient):
+    """A register client that records which module called each of its operations."""
+    callers = set()
+
+
+def _watch(name):
+    orig = getattr(CsrClient, name)
+
+    def op(self, *args, **kw):
+        _Watched.callers.add(sys._getframe(1).f_code.co_filename.rsplit("/", 1)[-1])
+        return orig(self, *args, **kw)
+    return op
+
+
+for _name in _OPS:
+    setattr(_Watched, _name, _watch(_name))
+
+
+def test_every_access_goes_through_the_controller_api(nic):
+    """One path to the hardware: whatever the agent does (start, events, quarantine,
+    probes, restore, operator changes, ECN weights), each register operation is called by
+    fw/mrc_ctl.py, never by the agent itself."""
+    ft = FakeTime()
+    _Watched.callers = set()
+    nic.set_path(5, state=EvState.ASSUMED_BAD.value)
+    a = WeightAgent(_Watched(nic), clock=ft.clock, sleep=ft.sleep, restore_after=1)
+    a.step()
+    nic.link_down(1)
+    nic.push_event(3, EvState.GOOD.value, EvEventReason.MIN_ACTIVE.value)
+    nic.push_event(9, EvState.ASSUMED_BAD.value, EvEventReason.ACK_TIMEOUT.value)
+    nic.push_probe_reply(4, 1)
+    a.step()
+    nic.link_up(1, 5)
+    nic.traffic(2, 100, ecn=90)
+    a.step()
+    CsrClient(nic).set_ev_state(5, EvState.GOOD)
+    a.step()
+    for _ in range(6):
+        nic.traffic(2, 100)
+        a.step()
+    kinds = {r["action"] for r in a.log}
+    assert kinds >= {"start", "quarantine", "held", "restored", "ecn_halve", "ecn_raise"}, kinds
+    assert a.stats["stale_replies"] == 1 and a.stats["unmanaged_events"] == 1
+    assert _Watched.callers == {"mrc_ctl.py"}
 
 
 def test_parameters_checked(nic):
