@@ -401,8 +401,13 @@ class SackTracker(wiring.Component):
         m.d.sync += t_on.eq(self.ack_timeout != 0)
         arm = new_we & ~sel(armed) & t_on
         timeout = Signal(qps)
+        # an ACK's timer reset is applied one cycle late (tmr_rst, per QP, a register: no
+        # path from the FSM's ACK decision to the timer flip-flops' enables); meanwhile the
+        # timeout it clears is masked.  No new packet arms a timer in that cycle (CHECK comes
+        # two cycles after the ACK at the earliest).
+        tmr_rst = Signal(qps)
         for i in range(qps):
-            m.d.comb += timeout[i].eq(armed[i] & expired[i])
+            m.d.comb += timeout[i].eq(armed[i] & expired[i] & ~tmr_rst[i])
             with m.If(armed[i] & (now == deadline[i])):
                 m.d.sync += expired[i].eq(1)
         to_qp = Signal(3)
@@ -671,10 +676,13 @@ class SackTracker(wiring.Component):
                 m.d.sync += unacked[i].eq(Mux(wr | ack_reset, 0, n_unacked))
             with m.If(hit & seen_we):
                 m.d.sync += [last_ev[i].eq(cur.ev), last_port[i].eq(cur.port)]
+            m.d.sync += tmr_rst[i].eq(hit & ack_reset)
+            with m.If(tmr_rst[i]):
+                m.d.sync += [armed[i].eq(0), expired[i].eq(0)]
             with m.If(hit & arm):
                 m.d.sync += [armed[i].eq(1), deadline[i].eq(dl_new),
                              expired[i].eq(t_now)]
-            with m.If(wr | (hit & ack_reset)):
+            with m.If(wr):
                 m.d.sync += [armed[i].eq(0), expired[i].eq(0)]
             with m.If(hit & clr_done):
                 m.d.sync += clr_pend[i].eq(0)
