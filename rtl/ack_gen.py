@@ -176,9 +176,9 @@ class AckGen(wiring.Component):
     stream, and the multiplexer's selects are one-hot beat registers per
     condition (kind, SRV6 arrival form, ICRC pass).
     The ICRC pass takes two bytes per cycle (a 16-bit CRC step): the receiver
-    must answer one data packet per ~140 cycles at 8 Gb/s with an ACK, plus a
-    NACK per trimmed packet (at one byte per cycle, 94 cycles per ACK, an 8:1
-    incast saturated it and ACKs queued for ~90 us).
+    must answer up to one data packet per ~140 cycles at 8 Gb/s with an ACK, plus
+    a NACK per trimmed packet (one byte per cycle, 94 cycles per ACK, does not
+    keep up with an 8:1 incast: docs/scenarios.md).
     The first beat is valid about 41 cycles (ACK) / 35 cycles (probe) after the
     request is taken, then the beats follow without a gap.  One frame at a
     time, so a new request is taken the cycle after the last beat's handshake
