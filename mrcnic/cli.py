@@ -319,8 +319,8 @@ _BENCH_JSON = click.option("--json", "json_path", type=OUT_FILE, default=None,
 
 _BENCH_CLOCK = click.option("--clock-mhz", type=click.FloatRange(min=0, min_open=True),
                             default=125.0, show_default=True,
-                            help="NIC clock for the Gb/s column (Gb/s = beats/cycle x 64 bit x "
-                                 "clock).")
+                            help="NIC clock for the Gb/s column (Gb/s = frame bytes x 8 / cycles x "
+                                 "clock: the frames' own bits, not a last beat's idle bytes).")
 _BENCH_DIR = click.option("--build-dir", type=OUT_DIR, default=None,
                           help="Build and run directory (default: a temporary one, removed at "
                                "the end).")
@@ -544,8 +544,9 @@ def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, bu
                keep=False):
     """Run one bench with a status line, print its table, write its JSON.
 
-    Each row gains ``gbps``: the frame bits moved per second at ``clock_mhz`` (beats/cycle x
-    64 bits x clock, counting only the frame's own bytes, not the idle bytes of a last beat).
+    Each row gains ``gbps``: the frame bits moved per second at ``clock_mhz`` (frames x frame
+    bytes x 8 / cycles x clock: the frames' own bytes, not the idle bytes of a last beat),
+    unrounded (the table shows two decimals).
     """
     import json
 
@@ -560,7 +561,7 @@ def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, bu
             raise RunFailed(f"{exc} (build directory: {bdir})") from None
         for r in rows:
             r["clock_mhz"] = clock_mhz
-            r["gbps"] = round(r["frames"] * r["frame_bytes"] * 8 * clock_mhz / 1e3 / r["cycles"], 3)
+            r["gbps"] = r["frames"] * r["frame_bytes"] * 8 * clock_mhz / 1e3 / r["cycles"]
         _print_bench(console, name.upper(), rows, clock_mhz)
         if json_path:
             with open(json_path, "w") as fh:

@@ -173,7 +173,7 @@ def test_temporary_build_dir_removed_unless_kept(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     import json
     row = json.loads((tmp_path / "b.json").read_text())["rows"][0]
-    assert row["gbps"] == 7.9 and row["clock_mhz"] == 125.0       # 158 B x 8 bit x 125 MHz / 20
+    assert row["gbps"] == pytest.approx(7.9) and row["clock_mhz"] == 125.0       # 158 B x 8 bit x 125 MHz / 20
     assert not list(tmp_path.glob("mrcnic-*"))
     res = CliRunner().invoke(main, ["bench", "tx", "--keep"])
     assert res.exit_code == 0 and len(list(tmp_path.glob("mrcnic-bench-tx-*"))) == 1
