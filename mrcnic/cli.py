@@ -227,7 +227,8 @@ def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
               default=None, help="With --serve: stop after this many simulated us "
                                  "(default: run until Ctrl-C).")
 @click.option("--serve-nic", type=click.IntRange(0, 15), default=0, show_default=True,
-              help="With --serve: which NIC's CSR bank to serve.")
+              help="With --serve: the NIC served on PORT itself; the others follow on "
+                   "PORT+1, PORT+2, ... in NIC order.")
 @click.option("--faults", default=None, metavar="SPEC",
               help="Seeded random faults in the fabric, e.g. 'loss=0:0.01,corrupt=0.002,"
                    "dup=0.01,reorder=0.02,trim=0.01,flaps=0:2' (kinds: docs/campaign.md); "

@@ -291,8 +291,10 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
             time.sleep(0.5)
             if port_file is not None and port_file.exists():
                 addr = json.loads(port_file.read_text())
-                bar.console.print(f"[bold green]serving nic{addr['nic']}'s CSR bank: "
-                                  f"mrcnic fw --target tcp:{addr['host']}:{addr['port']} ...[/]"
+                listing = ", ".join(f"nic{x['nic']} tcp:{x['host']}:{x['port']}"
+                                    for x in addr.get("nics", [addr]))
+                bar.console.print(f"[bold green]serving the NICs' CSR banks: {listing} "
+                                  f"(mrcnic fw --target tcp:{addr['host']}:{addr['port']} ...)[/]"
                                   "  (Ctrl-C stops)")
                 port_file = None
             if not progress_file.exists():
