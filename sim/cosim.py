@@ -942,7 +942,6 @@ if cocotb is not None:
         wait_tx = bool(sc.get("faults") or sc.get("harness_bug")) and not job.get("serve")
         checker.check_tx = wait_tx
         obs = _Observer(tables[0].trim_dscp)
-        clk_edge = RisingEdge(dut.clk)
 
         sent_event = Event()        # a NIC sent a frame: the fabric's next event may be sooner
 
