@@ -283,7 +283,8 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+    # fits 80 columns: a short bar, the time relative to the run's start as in the report
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), DownloadColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
         task = bar.add_task(label, total=total, info=f"building (Verilog, {simulator}; cached)...")
         pos = 0
@@ -308,8 +309,9 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
             for line in chunk.splitlines():
                 p = json.loads(line)
                 bar.update(task, completed=min(p["placed"], total or p["placed"]),
-                           info=f"t={p['t_ns'] / 1000:.1f} us  cpl {p['cpl']}/{p['cpl_expected']}"
-                                f"  {p['cycles_per_s']:.0f} cycles/s")
+                           info=f"t={p.get('t_rel_ns', p['t_ns']) / 1000:.1f}us"
+                                f" cpl {p['cpl']}/{p['cpl_expected']}"
+                                f" {p['cycles_per_s'] / 1000:.1f}k cyc/s")
 
 
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
@@ -469,8 +471,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
             # Ctrl-C (it reached the simulator too) or SIGTERM (to this process only): the
             # stop file ends the run within 4096 clocks, the report is written as usual
             # (``interrupted``) and the simulator exits: no Icarus process is left behind
-            print("interrupted: stopping the simulation and writing the report ...",
-                  file=sys.stderr)
+            print("interrupted: stopping the simulation ...", file=sys.stderr)
             stop_file.write_text("interrupted")
             running = progress_file.exists() and progress_file.stat().st_size > 0
             if not done.wait(10.0 if running else 0.5):
@@ -481,6 +482,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
                 done.wait(0.5)          # a worker still inside an in-process Yosys is left
             if not out_file.exists():
                 top._MustUse__silence = True     # never elaborated: no warning about it
+                print("interrupted before the run started: no report written", file=sys.stderr)
                 raise KeyboardInterrupt from None
         th.join()
         if err:
@@ -990,6 +992,7 @@ if cocotb is not None:
         gc.freeze()
         gc.set_threshold(20_000, 50, 100)
         done_at = None
+        first_round_ns = None       # served runs: when the first round's last message completed
         stall_ns = sc.get("stall_ns", 100_000.0)
         stalled = False
         # Ctrl-C: end the run cleanly at the next clock (Icarus would otherwise stop at its
@@ -1056,9 +1059,10 @@ if cocotb is not None:
             if cycles & 2047 == 0:
                 placed = sum(r() for r in placed_bytes)
                 wall = time.monotonic() - wall0
-                prog.write(json.dumps(dict(t_ns=now, cycles=cycles, placed=placed,
+                prog.write(json.dumps(dict(t_ns=now, t_rel_ns=now - t0, cycles=cycles,
+                                           placed=placed,
                                            cpl=len(completions),
-                                           cpl_expected=sum(expected.values()),
+                                           cpl_expected=sum(expected.values()) * rounds,
                                            cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
                 prog.flush()
             if interrupted:
@@ -1075,6 +1079,8 @@ if cocotb is not None:
                     sum(1 for c in completions if c["nic"] == k) >= expected[k] * rounds
                     for k in receivers) and (not wait_tx or min(checker.tx_cpl) >= 1):
                 if serve:               # serving: the scenario's transfers again, until stopped
+                    if first_round_ns is None:      # the completion reported: round 1's
+                        first_round_ns = max(c["t_ns"] for c in completions)
                     rounds += 1
                     post_round()
                 else:
@@ -1096,9 +1102,10 @@ if cocotb is not None:
             waker.plan(now, min(due))
         wall = time.monotonic() - wall0
         prog.write(json.dumps(dict(
-            t_ns=get_sim_time(unit="ns"), cycles=cycles, cpl=len(completions),
+            t_ns=get_sim_time(unit="ns"), t_rel_ns=get_sim_time(unit="ns") - t0, cycles=cycles,
+            cpl=len(completions),
             placed=sum(nics[k].counters()["placed_bytes"] for k in receivers),
-            cpl_expected=sum(expected.values()), cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
+            cpl_expected=sum(expected.values()) * rounds, cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
         prog.close()
         gc.unfreeze()
         if server is not None:
@@ -1173,7 +1180,8 @@ if cocotb is not None:
             trim_nacks=obs.trim_nacks, ecn_echoes=obs.ecn_echoes, acks_sent=obs.acks,
             probes_sent=obs.probes, probe_replies=obs.probe_replies,
             evs_assumed_bad=len(bad_evs), ev_events=events,
-            completion_ns=(last_cpl - t0) if done_at is not None else None,
+            completion_ns=((last_cpl - t0) if done_at is not None else
+                           (first_round_ns - t0) if first_round_ns is not None else None),
             ideal_ns=ideal, base_rtt_ns=times["base_rtt_ns"],
             sender_gbps=times["sender_gbps"],
             per_plane_bytes=fc["per_plane_bytes"],

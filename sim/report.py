@@ -76,9 +76,11 @@ def annotate(report: dict, *, served: bool = False, stop_file=None,
             continue
         t = failure_traffic(report, f)
         if not t["frames"] and not t["drops"]:
+            cut = report.get("interrupted") or served
             warnings.append(f"{f['action']} {f['target']} at {f['t_rel_ns'] / 1000:.1f} us "
-                            "carried no traffic: no frame crossed or was lost on it, so the "
-                            "failure tested nothing")
+                            "carried no traffic: no frame crossed or was lost on it"
+                            + (" before the run was stopped" if cut else "")
+                            + ", so the failure tested nothing")
     end = report.get("sim", {}).get("end_ns")
     for f in report.get("failures_planned", []):
         if end is not None and f["at_ns"] > end:
@@ -230,6 +232,8 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
     """(name, value) rows for a console table of the main results."""
     cpl = report.get("completion_ns")
     ratio = f"{cpl / report['ideal_ns']:.2f} x ideal" if cpl else "not complete"
+    if cpl and report.get("rounds", 1) > 1:
+        ratio += ", first round"
     rows = [
         ("scenario", report["scenario"]),
         ("NICs / planes / EVs", f"{report['nics']} / {report['planes']} / {report['evs']}"),
