@@ -593,9 +593,12 @@ class Segmenter(wiring.Component):
         in_load = Signal()          # == state LOAD, as a flip-flop
         in_req = Signal()           # == state REQ, as a flip-flop (the spray FIFO's write enable)
         rx_push = Signal()
+        sq_room = Signal()          # registered: the spray FIFO has room for one more
         # in_req is 1 exactly in REQ (set on every entry, cleared on the only exit), so the
-        # push needs no state decode (the spray FIFO's write enable: Versa critical path)
-        m.d.comb += rx_push.eq(in_req & sq.w_rdy)
+        # push needs no state decode, and room is a register (lv_ok[3], see the cutter),
+        # not the FIFO's w_rdy: the spray FIFO's write enable is two registers deep
+        # (Versa critical path: FIFO level -> w_rdy -> push -> w_en -> FIFO level)
+        m.d.comb += rx_push.eq(in_req & sq_room)
         dec_for_retx = Signal()     # registered: WAIT and the decision at the head is ours
         room_ok = Signal()          # per-packet FIFOs can take a packet (see the cutter)
 
@@ -776,7 +779,7 @@ class Segmenter(wiring.Component):
                 m.d.sync += in_req.eq(1)
                 m.next = "REQ"
             with m.State("REQ"):
-                with m.If(sq.w_rdy):
+                with m.If(sq_room):
                     m.d.sync += in_req.eq(0)
                     m.d.sync += [rx_tries.eq(rx_tries + 1),
                                  rx_skip.eq(nout),
@@ -878,6 +881,9 @@ class Segmenter(wiring.Component):
                                  rj.w_level <= self.pending_depth - 4,
                                  sq.w_level <= sq.depth - 3))
         m.d.comb += room_next.eq(lv_ok.all())
+        # level <= depth - 3 last cycle, at most one write since: at least 2 entries free
+        # now, so w_rdy holds (SyncFIFOBuffered: its inner FIFO has depth - 1 entries)
+        m.d.comb += sq_room.eq(lv_ok[3])
         m.d.sync += room_ok.eq(room_next)
         # new_ok from two registers holding next cycle's terms, so the cut (the clock
         # enable of the whole cutter and the FIFO writes) is one LUT level deep:
