@@ -1,0 +1,150 @@
+"""Formal proof of UartAxilBridge (rtl/uart_bridge.py), the AXI4-Lite manager: the AXI4-Lite
+handshake rules (ARM IHI 0022E, A3.2.1): AWVALID held with AWADDR / AWPROT until AWREADY,
+WVALID with WDATA / WSTRB until WREADY, ARVALID with ARADDR / ARPROT until ARREADY; one
+transaction at a time and exactly one response per request (a new AW / W / AR only once
+the previous transaction's B / R was taken, never a read and a write outstanding
+together); BREADY and RREADY always high (a response is taken the cycle it is offered).
+
+Parameters: ``clk_hz`` 1 MHz, ``baud`` 125 000 (divisor 8, the smallest the bridge
+allows), ``timeout_us`` 160 (160 clocks, the smallest allowed).
+
+Abstraction of the UART: a request takes ~80 clocks per byte on the serial line (7..11
+bytes), far beyond a BMC bound, so the proof replaces the two 8N1 blocks of the same file
+(``UartRx``, ``UartTx``; the bridge builds them by name) with free models of their ports
+(:class:`FreeUartRx`, :class:`FreeUartTx`) that allow every behaviour of the real ones
+and more: received-byte pulses at any time at least 2 clocks apart (real: >= 9.5 bit
+times), with any byte, stable from the clock before its pulse (real: from a bit time
+before), framing errors at any time; a transmitter ready at any time (real: idle between
+10-bit bytes).  The properties hold for the bridge with any such UART, hence with the
+real one.  The AXI subordinate is free under the AXI contract (responses held until
+taken, B only after AW and W, R only after AR, any READY, any RESP / RDATA).
+
+Bounded at 36 clocks from reset: a whole read request (7 byte pulses), its response
+header and two AXI reads of a LEN >= 2 request with the data bytes between them, or a
+whole write request (11 bytes) with its AW / W / B, with any AXI backpressure and errors
+(after an error response no further read).  Not reached in the bound: the timeout (160
+idle clocks) and BAD_FRAME (drained after 320 quiet clocks) paths; neither touches the
+bus (they only lead back to HUNT / to a response without a transaction).  k-induction
+does not close (k=8: the wrapper's handshake counters are not tied to the bridge's state
+machine, e.g. a write counted outstanding while the bridge waits in HUNT).
+"""
+
+import pytest
+from amaranth.hdl import Assert, Assume, Elaboratable, Module, Signal
+from amaranth.hdl._ast import AnySeq
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.rtl import uart_bridge
+from .formal import drive_inputs, mutant, require_failed, require_proved, run_formal, stream_rule
+
+DEPTH = 36
+PARAMS = dict(clk_hz=1_000_000, baud=125_000, timeout_us=160)
+
+
+class FreeUartRx(wiring.Component):
+    """UartRx's ports, driven freely: a one-clock ``valid`` pulse whenever (never two in a
+    row), the byte any value, changing only on a clock edge not followed by a pulse (the
+    bridge registers comparisons of the byte one clock before the pulse)."""
+
+    def __init__(self, divisor):
+        super().__init__({"rx": In(1, init=1), "data": Out(stream.Signature(8, always_ready=True)),
+                          "framing_error": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        nv, fe, nb = Signal(), Signal(), Signal(8)
+        shreg = Signal(8)
+        m.d.comb += [nv.eq(AnySeq(1)), fe.eq(AnySeq(1)), nb.eq(AnySeq(8))]
+        m.d.sync += [self.data.valid.eq(nv & ~self.data.valid), self.framing_error.eq(fe)]
+        with m.If(~nv):
+            m.d.sync += shreg.eq(nb)
+        m.d.comb += self.data.payload.eq(shreg)
+        return m
+
+
+class FreeUartTx(wiring.Component):
+    """UartTx's ports, driven freely: ``ready`` any value on any clock."""
+
+    def __init__(self, divisor):
+        super().__init__({"data": In(stream.Signature(8)), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.data.ready.eq(AnySeq(1))
+        return m
+
+
+def with_free_uart(mod):
+    """Make the bridge of module ``mod`` build the free UART models."""
+    mod.UartRx, mod.UartTx = FreeUartRx, FreeUartTx
+    return mod
+
+
+class UartBridgeProof(Elaboratable):
+    """UartAxilBridge with free UART models, under the AXI4-Lite subordinate contract."""
+
+    def __init__(self, cls=uart_bridge.UartAxilBridge):
+        self.dut = cls(**PARAMS)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        drive_inputs(m, dut)
+        a = dut.m_axil
+        aw_n, w_n, b_n, ar_n, r_n = (Signal(5, name=n) for n in ("aw_n", "w_n", "b_n", "ar_n", "r_n"))
+        m.d.sync += [
+            aw_n.eq(aw_n + (a.awvalid & a.awready)), w_n.eq(w_n + (a.wvalid & a.wready)),
+            b_n.eq(b_n + (a.bvalid & a.bready)),
+            ar_n.eq(ar_n + (a.arvalid & a.arready)), r_n.eq(r_n + (a.rvalid & a.rready)),
+        ]
+        # Contract (AXI4 A3.2.1): the subordinate holds BVALID with BRESP until BREADY,
+        # RVALID with RDATA / RRESP until RREADY.
+        stream_rule(m, a.bvalid, a.bready, a.bresp, check=Assume)
+        stream_rule(m, a.rvalid, a.rready, [a.rdata, a.rresp], check=Assume)
+        # Contract (A3.3.1): B only after both the AW and the W of a write were accepted
+        # and not yet answered; R only after an AR not yet answered.  AWREADY / WREADY /
+        # ARREADY, BRESP / RRESP / RDATA are free.
+        with m.If(a.bvalid):
+            m.d.comb += Assume((aw_n != b_n) & (w_n != b_n))
+        with m.If(a.rvalid):
+            m.d.comb += Assume(ar_n != r_n)
+
+        # Obligation (A3.2.1): the manager holds each VALID with its payload until READY.
+        stream_rule(m, a.awvalid, a.awready, [a.awaddr, a.awprot])
+        stream_rule(m, a.wvalid, a.wready, [a.wdata, a.wstrb])
+        stream_rule(m, a.arvalid, a.arready, [a.araddr, a.arprot])
+        # Responses are taken as offered (documented: BREADY / RREADY always high).
+        m.d.comb += Assert(a.bready & a.rready)
+        # Exactly one response per request, one transaction at a time: a request is offered
+        # only when every earlier one of its kind was answered, and never a read and a write
+        # outstanding together (a write is outstanding from AW/W offered to B taken).
+        with m.If(a.awvalid):
+            m.d.comb += Assert(aw_n == b_n)
+        with m.If(a.wvalid):
+            m.d.comb += Assert(w_n == b_n)
+        with m.If(a.arvalid):
+            m.d.comb += Assert(ar_n == r_n)
+        m.d.comb += [Assert(b_n <= aw_n), Assert(b_n <= w_n), Assert(r_n <= ar_n),
+                     Assert(aw_n - b_n <= 1), Assert(w_n - b_n <= 1), Assert(ar_n - r_n <= 1)]
+        w_out = a.awvalid | a.wvalid | (aw_n != b_n) | (w_n != b_n)
+        r_out = a.arvalid | (ar_n != r_n)
+        m.d.comb += Assert(~(w_out & r_out))
+        return m
+
+
+@pytest.mark.formal
+def test_uart_bridge_bounded_36(monkeypatch):
+    """UartAxilBridge, free UART models: every property above for 36 clocks from reset."""
+    monkeypatch.setattr(uart_bridge, "UartRx", FreeUartRx)
+    monkeypatch.setattr(uart_bridge, "UartTx", FreeUartTx)
+    require_proved(run_formal(UartBridgeProof(), "uart_bridge", mode="bmc", depth=DEPTH))
+
+
+@pytest.mark.formal
+def test_uart_bridge_mutant_fails():
+    """Teeth: ARVALID dropped after one clock whether or not ARREADY came (the read
+    request withdrawn before its handshake)."""
+    mod = with_free_uart(mutant(uart_bridge, "with m.If(axil.arready):", "with m.If(1):"))
+    require_failed(run_formal(UartBridgeProof(mod.UartAxilBridge), "uart_bridge_mutant",
+                              mode="bmc", depth=DEPTH))
