@@ -31,13 +31,14 @@ documented) are free: the CSR reads must never disturb a count.
 Observed: the drop counters (``drops[r]``, written by the block-RAM incrementer) change by
 +1 only, one reason per clock, and ``drop_stb`` precedes each change by one clock; records
 are ``pkt`` handshakes.  A reference verdict (the rules of ``DropReason`` restricted to the
-free fields, lowest index first) says *drop with reason r* or *pass*.  Asserted: no drop
-unless the frame's last beat was taken and the verdict is a drop, and then only with the
-verdict's reason; no record unless it was taken and the verdict is a pass, and then with
-the frame's PSN, kind PROBE, QP 0; never a second outcome (drop or record); no payload
-beat; and once the last beat is ``DEADLINE`` clocks old (and not before clock ``FLOOR``:
-the counter memory is cleared for 19 clocks after reset), exactly one outcome, a drop iff
-the verdict is a drop.
+free fields, lowest index first) says *drop with reason r* or *pass*.  Asserted: never more
+drops (records) than dropping (passing) frames whose last beat was taken, so no record for
+a bad frame, no drop for a good one and never a second outcome for a frame; the j-th drop
+counted has the reason of the j-th dropping frame; every record has the frame's PSN, kind
+PROBE, QP 0; no payload beat; and once a frame is *due*, its outcome was counted.  Due:
+its last beat is ``DEADLINE`` clocks old, the clock is at least ``FLOOR`` (the counter
+memory is cleared for 19 clocks after reset) and, for the second frame, the first frame's
+outcome is ``GAP`` clocks old (the read side takes records in order).
 
 Smallest parameters: ``qps=1``, ``regions=1``, ``max_frame=128`` (``buffer_words`` must
 be >= 1024).  Bounded at 36 clocks from reset: the full-length frame takes its last beat at
@@ -45,9 +46,16 @@ clock 12, its record is taken at clock 29, an ICRC drop reaches ``drops`` at clo
 the deadline (clock 34 for it, 27 for a drop of a short frame) is inside the bound, so
 every frame of the family is followed through the whole pipeline to its outcome.
 
-Not covered: more than one frame per trace (one frame's verdict leaking into the next),
-gaps between beats, ``pkt.ready`` low, SRH frames, DATA / ACK frames that pass, a free
-PSN or fully free ICRC, shared mode.
+Two frames: ``frames=2`` sends a second frame of the family (its own free fields) right
+after the first, bounded at 46 clocks: every assertion holds for both frames up to clock
+45, so a frame's verdict, reason or record never leaks into the other; the second frame's
+deadline is reached only when it is due by clock 45 (e.g. a short first frame, counted at
+clock 27, then a second of any length), not after a full-length first frame (due at 47+).
+
+Not covered: three or more frames, gaps between beats, ``pkt.ready`` low, table writes
+during a frame, SRH frames, DATA / ACK frames that pass (RKEY, DMALEN, payload), trimmed
+frames, a free PSN or a fully free ICRC, shared mode (``s_port``), frames longer than 96
+bytes (``max_frame``).
 """
 
 import struct
@@ -64,8 +72,10 @@ from .formal import (const, drive_inputs, mutant, past, require_failed, require_
                      run_formal)
 
 DEPTH = 36
-DEADLINE = 22        # clocks from a frame's last beat to its outcome counted (measured: 18 record, 22 ICRC drop)
-FLOOR = 27           # ... and not before this clock (counter memory cleared after reset: 19 clocks)
+DEADLINE = 22   # clocks from a frame's last beat to its outcome counted (18 record, 22 ICRC drop)
+FLOOR = 27      # ... and not before this clock (counter memory cleared after reset: 19 clocks)
+GAP = 17        # ... and from the previous frame's outcome (read side: 4 clocks per drop
+                # record, 11 + per candidate, then the counter's 5-clock write)
 PORT = 0
 BLOCK = 0xFC00_0000
 OWN_USID = 0x0042
@@ -106,8 +116,66 @@ for _name, (_off, _n, _good) in FIELDS.items():
 class RxParserProof(Elaboratable):
     """RxParser fed one frame of the family above, with a reference verdict."""
 
-    def __init__(self, cls=rx_parser.RxParser):
+    def __init__(self, cls=rx_parser.RxParser, frames=1):
         self.dut = cls(port=PORT, qps=1, regions=1, max_frame=128, buffer_words=1024)
+        self.frames = frames
+        self.nb, self.kl = [], []
+
+    def frame(self, m, k):
+        """Frame ``k``'s 12 beats, its reference verdict (bad) and drop reason."""
+        f = {}
+        for name, (_, n, _) in FIELDS.items():
+            f[name], f_set = const(8 * n, name=f"{name}{k}")
+            m.d.comb += f_set
+        nb, nb_set = const(4, name=f"nb{k}")           # index of the last beat
+        kl, kl_set = const(8, name=f"kl{k}")           # tkeep of the last beat
+        m.d.comb += [nb_set, kl_set, Assume(nb <= 11)]
+        self.nb.append(nb)
+        self.kl.append(kl)
+        # ICRC: the good frame's, or that with one of its 4 bytes changed by any value (a
+        # fully free ICRC makes the solver invert the CRC: > 5 min per step)
+        delta, delta_set = const(8, name=f"icrc_delta{k}")
+        sel, sel_set = const(2, name=f"icrc_byte{k}")
+        icrc = Signal(32, name=f"icrc{k}")
+        m.d.comb += [delta_set, sel_set, icrc.eq(ICRC0 ^ (delta << (8 * sel)))]
+        byte = [Const(b, 8) for b in FRAME] + [Const(0, 8)] * 6
+        for name, (off, n, _) in FIELDS.items():
+            for i in range(n):
+                byte[off + i] = f[name][8 * (n - 1 - i):8 * (n - i)]
+        for i in range(4):
+            byte[86 + i] = icrc[8 * i:8 * i + 8]
+        beats = [Cat(*byte[8 * b:8 * b + 8]) for b in range(12)]
+
+        # reference verdict (DropReason's rules on the free fields, lowest index first)
+        keep_ok = kl[0] & Cat(*[~kl[i + 1] | kl[i] for i in range(7)]).all()
+        nbytes = Signal(7, name=f"nbytes{k}")      # frame length (when keep_ok)
+        m.d.comb += nbytes.eq(nb * 8 + sum(kl[i] for i in range(8)))
+        op = f["opcode"]
+        is_data = (op == 0x0A) | (op == 0x0B)
+        is_ack, is_probe = op == 0x11, op == 0xC0
+        ext = Mux(op == 0x0B, 20, Mux(op == 0x0A, 16, Mux(is_ack, 24, Mux(is_probe, 12, 0))))
+        plen = f["plen"]
+        flags = {
+            R.FRAMING: ~keep_ok,
+            R.RUNT: nbytes < 54 + 20 + 4 + ext,
+            R.IPV6_LENGTH: plen != nbytes - 54,
+            R.DA: f["usid"] != OWN_USID,
+            R.UDP_PORT: f["dport"] != 4791,
+            R.UDP_LENGTH: plen != 36,                  # UDP length fixed at 36
+            R.OPCODE: ~(is_data | is_ack | is_probe),
+            R.BTH: f["pkey"] != 0xFFFF,
+            R.QPN: f["qpn"] != QPN,
+            R.RKEY: is_data,                            # no memory region
+            R.DMALEN: (is_ack & (plen != 48)) | (is_probe & (plen != 36)),
+            R.ICRC: delta != 0,                        # never trimmed (DSCP 26)
+        }
+        bad = Signal(name=f"bad{k}")
+        reason = Signal(4, name=f"reason{k}")
+        m.d.comb += bad.eq(Cat(*flags.values()).any())
+        for r in sorted(flags, reverse=True):
+            with m.If(flags[r]):
+                m.d.comb += reason.eq(r)
+        return beats, bad, reason
 
     def elaborate(self, platform):
         m = Module()
@@ -134,72 +202,33 @@ class RxParserProof(Elaboratable):
         stb2 = past(m, stb1)
         m.d.comb += Assume(~(stb & (stb1 | stb2)) & (addr < dut.counters))
 
-        # ------------------------------------------------------------ the frame
-        f = {}
-        for name, (_, n, _) in FIELDS.items():
-            f[name], f_set = const(8 * n, name=name)
-            m.d.comb += f_set
-        nb, nb_set = const(4, name="nb")           # index of the last beat
-        kl, kl_set = const(8, name="kl")           # tkeep of the last beat
-        m.d.comb += [nb_set, kl_set, Assume(nb <= 11)]
-        # ICRC: the good frame's, or that with one of its 4 bytes changed by any value (a
-        # fully free ICRC makes the solver invert the CRC: > 5 min per step)
-        delta, delta_set = const(8, name="icrc_delta")
-        sel, sel_set = const(2, name="icrc_byte")
-        icrc = Signal(32)
-        m.d.comb += [delta_set, sel_set, icrc.eq(ICRC0 ^ (delta << (8 * sel)))]
-        byte = [Const(b, 8) for b in FRAME] + [Const(0, 8)] * 6
-        for name, (off, n, _) in FIELDS.items():
-            for i in range(n):
-                byte[off + i] = f[name][8 * (n - 1 - i):8 * (n - i)]
-        for i in range(4):
-            byte[86 + i] = icrc[8 * i:8 * i + 8]
-        beats = Array(Cat(*byte[8 * b:8 * b + 8]) for b in range(12))
-
+        # ------------------------------------------------------------ the frames
+        beats, bad, reason = [], [], []
+        for k in range(self.frames):
+            bk, badk, rk = self.frame(m, k)
+            beats += bk
+            bad.append(badk)
+            reason.append(rk)
+        beats = Array(beats)
         s = dut.s_axis
-        bi = Signal(4)                    # beat offered
-        sent = Signal()                   # the frame's last beat was taken
-        last = bi == nb
+        fi = Signal(2)                    # frame offered (== frames: all sent)
+        bi = Signal(4)                    # its beat offered
+        nbs = Array(self.nb)
+        kls = Array(self.kl)
+        last = bi == nbs[fi]
         # beats back to back from clock 1 (with gaps the solver stalls at clock 29)
-        m.d.comb += [s.tvalid.eq(~sent & (cyc != 0)),
-                     s.tdata.eq(beats[bi]), s.tlast.eq(last),
-                     s.tkeep.eq(Mux(last, kl, 0xFF))]
+        m.d.comb += [s.tvalid.eq((fi < self.frames) & (cyc != 0)),
+                     s.tdata.eq(beats[fi * 12 + bi]), s.tlast.eq(last),
+                     s.tkeep.eq(Mux(last, kls[fi], 0xFF))]
         take = s.tvalid & s.tready
-        t_last = Signal(7)
+        t_last = [Signal(7, name=f"t_last{k}") for k in range(self.frames)]
         with m.If(take):
             m.d.sync += bi.eq(bi + 1)
             with m.If(last):
-                m.d.sync += [sent.eq(1), t_last.eq(cyc)]
-
-        # ------------------------------------------------------------ reference verdict
-        keep_ok = kl[0] & Cat(*[~kl[i + 1] | kl[i] for i in range(7)]).all()
-        nbytes = Signal(7)                # frame length (when keep_ok)
-        m.d.comb += nbytes.eq(nb * 8 + sum(kl[i] for i in range(8)))
-        op = f["opcode"]
-        is_data = (op == 0x0A) | (op == 0x0B)
-        is_ack, is_probe = op == 0x11, op == 0xC0
-        ext = Mux(op == 0x0B, 20, Mux(op == 0x0A, 16, Mux(is_ack, 24, Mux(is_probe, 12, 0))))
-        plen = f["plen"]
-        flags = {
-            R.FRAMING: ~keep_ok,
-            R.RUNT: nbytes < 54 + 20 + 4 + ext,
-            R.IPV6_LENGTH: plen != nbytes - 54,
-            R.DA: f["usid"] != OWN_USID,
-            R.UDP_PORT: f["dport"] != 4791,
-            R.UDP_LENGTH: plen != 36,                  # UDP length fixed at 36
-            R.OPCODE: ~(is_data | is_ack | is_probe),
-            R.BTH: f["pkey"] != 0xFFFF,
-            R.QPN: f["qpn"] != QPN,
-            R.RKEY: is_data,                            # no memory region
-            R.DMALEN: (is_ack & (plen != 48)) | (is_probe & (plen != 36)),
-            R.ICRC: delta != 0,                        # never trimmed (DSCP 26)
-        }
-        bad = Signal()
-        reason = Signal(4)
-        m.d.comb += bad.eq(Cat(*flags.values()).any())
-        for r in sorted(flags, reverse=True):
-            with m.If(flags[r]):
-                m.d.comb += reason.eq(r)
+                m.d.sync += [bi.eq(0), fi.eq(fi + 1)]
+                for k in range(self.frames):
+                    with m.If(fi == k):
+                        m.d.sync += t_last[k].eq(cyc)
 
         # ------------------------------------------------------------ outcomes
         drops = [dut.drops[i] for i in range(len(R))]
@@ -216,24 +245,41 @@ class RxParserProof(Elaboratable):
             with m.If(inc[i]):
                 m.d.comb += inc_r.eq(i)
         rec_ev = dut.pkt.valid & dut.pkt.ready
-        n_drop, n_rec = Signal(2), Signal(2)
+        n_drop, n_rec = Signal(3), Signal(3)
         m.d.sync += [n_drop.eq(n_drop + drop_ev), n_rec.eq(n_rec + rec_ev)]
-        # never more outcomes than frames in: a drop only for a dropping frame whose last beat
-        # was taken, a record only for a passing one; exactly one outcome per frame
-        m.d.comb += [Assert(n_drop + drop_ev <= (sent & bad)),
-                     Assert(n_rec + rec_ev <= (sent & ~bad))]
-        # the drop counted is the frame's reason; the record is the frame's
-        with m.If(drop_ev):
-            m.d.comb += Assert(inc_r == reason)
+        # frames sent / due (frames end in order: both are prefixes).  A frame is due once its
+        # last beat is DEADLINE clocks old and, after the first, GAP clocks after the
+        # previous frame's outcome was counted (the read side takes records in order)
+        n_out = Signal(3)
+        t_out = Signal(7)
+        m.d.comb += n_out.eq(n_drop + n_rec)
+        with m.If(drop_ev | rec_ev):
+            m.d.sync += t_out.eq(cyc + 1)
+        sent = [fi > k for k in range(self.frames)]
+        late = [sent[k] & (cyc - t_last[k] >= DEADLINE) & (cyc >= FLOOR)
+                & ((n_out >= k) & (cyc - t_out >= GAP) if k else 1)
+                for k in range(self.frames)]
+        n_bad_sent = sum(sent[k] & bad[k] for k in range(self.frames))
+        n_good_sent = sum(sent[k] & ~bad[k] for k in range(self.frames))
+        n_bad_late = sum(late[k] & bad[k] for k in range(self.frames))
+        n_good_late = sum(late[k] & ~bad[k] for k in range(self.frames))
+        # never more drops (records) than dropping (passing) frames whose last beat was
+        # taken: no record for a bad frame, no drop for a good one, one outcome per frame
+        m.d.comb += [Assert(n_drop + drop_ev <= n_bad_sent),
+                     Assert(n_rec + rec_ev <= n_good_sent)]
+        # the j-th drop counted has the reason of the j-th dropping frame; the j-th record
+        # is the j-th passing frame's (its fields: every frame has PSN 0, QP 0, kind PROBE)
+        for k in range(self.frames):
+            rank = sum(bad[i] for i in range(k))
+            with m.If(drop_ev & bad[k] & (n_drop == rank)):
+                m.d.comb += Assert(inc_r == reason[k])
         p = dut.pkt.payload
         with m.If(rec_ev):
             m.d.comb += Assert((p.psn == PSN) & (p.kind == RxKind.PROBE) & (p.qp == 0)
                                & (p.opcode == 0xC0) & (p.port == PORT))
         m.d.comb += Assert(~dut.payload.tvalid)        # no DATA frame is accepted here
-        # deadline: once the last beat is DEADLINE clocks old, its outcome was counted
-        late = sent & (cyc - t_last >= DEADLINE) & (cyc >= FLOOR)
-        with m.If(late):
-            m.d.comb += Assert((n_drop + n_rec == 1) & (n_drop == bad))
+        # deadline: once a frame is due, its outcome was counted
+        m.d.comb += Assert((n_drop >= n_bad_late) & (n_rec >= n_good_late))
         return m
 
 
@@ -241,6 +287,12 @@ class RxParserProof(Elaboratable):
 def test_rx_parser_bounded_36():
     """RxParser (1 QP, 1 region): one frame of the family, every property, 36 clocks."""
     require_proved(run_formal(RxParserProof(), "rx_parser", mode="bmc", depth=DEPTH))
+
+
+@pytest.mark.formal
+def test_rx_parser_two_frames_bounded_46():
+    """RxParser (1 QP, 1 region): two frames of the family back to back, 46 clocks."""
+    require_proved(run_formal(RxParserProof(frames=2), "rx_parser_2", mode="bmc", depth=46))
 
 
 @pytest.mark.formal
