@@ -309,7 +309,7 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
             for line in chunk.splitlines():
                 p = json.loads(line)
                 bar.update(task, completed=min(p["placed"], total or p["placed"]),
-                           info=f"t={p.get('t_rel_ns', p['t_ns']) / 1000:.1f}us"
+                           info=f"t={p['t_rel_ns'] / 1000:.1f}us"
                                 f" cpl {p['cpl']}/{p['cpl_expected']}"
                                 f" {p['cycles_per_s'] / 1000:.1f}k cyc/s")
 
@@ -1101,8 +1101,9 @@ if cocotb is not None:
                 due.append(done_at + sc["linger_ns"])
             waker.plan(now, min(due))
         wall = time.monotonic() - wall0
+        end_ns = get_sim_time(unit="ns")
         prog.write(json.dumps(dict(
-            t_ns=get_sim_time(unit="ns"), t_rel_ns=get_sim_time(unit="ns") - t0, cycles=cycles,
+            t_ns=end_ns, t_rel_ns=end_ns - t0, cycles=cycles,
             cpl=len(completions),
             placed=sum(nics[k].counters()["placed_bytes"] for k in receivers),
             cpl_expected=sum(expected.values()) * rounds, cycles_per_s=cycles / max(wall, 1e-9))) + "\n")
