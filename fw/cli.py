@@ -1073,8 +1073,8 @@ def mem_dump(obj, addr, length, out, compare):
                        + ("identical" if not res["differing_bytes"] else
                           f"{res['differing_bytes']} bytes differ (first at +{res['first_difference']})"))
     if compare and res["differing_bytes"]:
-        raise FwError(f"host memory at {addr:#x} differs from {compare} in "
-                      f"{res['differing_bytes']} bytes")
+        raise FwFailed(f"host memory at {addr:#x} differs from {compare} in "
+                       f"{res['differing_bytes']} bytes")
 
 
 @mem.command("fill")

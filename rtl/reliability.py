@@ -1053,7 +1053,23 @@ class SenderReliability(wiring.Component):
                      t_hold.eq(good_cnt < t_thr)]
         with m.If(to_pending & (to_wait != 4)):
             m.d.sync += to_wait.eq(to_wait + 1)
-        with m.If(to_pending & (to_wait == 4) & ~srch_busy & retx_room):
+        # the timed-out PSN may be cumulatively acknowledged while the action waits: una of
+        # its QP passed it before the action started (to.psn - una wrapped: high bits set,
+        # checked in its first cycle) or passes it now (a CUM operation at una == to.psn;
+        # una moves by one per CUM).  Such a PSN is not retransmitted and its timeout is not
+        # counted: the action just ends (the scan resumes after it).
+        t_gone = Signal()
+        t_d = Signal(24)
+        m.d.comb += t_d.eq(to.psn - una[to.qp[:qb]])
+        t_cum = Signal()
+        m.d.comb += t_cum.eq(cum_ok & (q1 == to.qp[:qb]) & (una[q1] == to.psn))
+        with m.If(s4_tw):
+            m.d.sync += t_gone.eq(0)
+        with m.Elif(to_pending):
+            m.d.sync += t_gone.eq(t_gone | t_cum | ((to_wait == 0) & t_d[obits:].any()))
+        with m.If(to_pending & (to_wait == 4) & t_gone):
+            m.d.sync += to_pending.eq(0)
+        with m.If(to_pending & (to_wait == 4) & ~t_gone & ~srch_busy & retx_room):
             m.d.comb += [retx_push.eq(1), retx_data.eq(to)]
             m.d.sync += to_pending.eq(0)
             inc(self.timeouts)

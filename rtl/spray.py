@@ -74,9 +74,13 @@ Changes while traffic runs
 The candidates of a request are taken in stage A from the eligible bitmap, so
 state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
 every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after
-the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change); decisions
-already scheduled (in B, C, D, the skid FIFO or the read stages) are not
-withdrawn.  Other weight changes apply within two decisions of a burst (the burst
+the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change), provided its
+client's ``ready`` stayed high and its table read did not clash with a wide write
+of the same entry (each clash adds a cycle; proved in
+tests/formal/test_spray_formal.py).  Decisions already scheduled (in B, C, D, the
+skid FIFO or the read stages) are not withdrawn: one held by ``ready`` low, or
+delayed by a clash, may rise later and still name an entry made DENIED or
+ASSUMED_BAD meanwhile.  Other weight changes apply within two decisions of a burst (the burst
 count is checked against a weight snapshot read from the table's LUT-RAM copy
 when the entry had its first decision; the first repeat uses the ``multi``
 bitmap).  A decision's ``entry`` is the record as of its block-RAM read, which is

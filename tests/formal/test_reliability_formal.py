@@ -18,16 +18,11 @@ Properties:
     ``[start_psn, nxt)`` in 24-bit serial arithmetic, nxt = the next new PSN): never
     beyond nxt.
 
-FINDING (``test_reliability_retx_acked_finding``): the stronger (b') "outstanding (in
-``[una, nxt)``) in the clock the RetxReq was decided" (two clocks before it is offered,
-with ``retx.ready`` high since reset) FAILS at clock 19: PSN 1 (start_psn 1) is found
-timed out by the scan (S4 at clock 12); an ACK taken at clock 7 advances ``una`` past it
-(CUM at clock 13, ``una`` = 2 at clock 16) while the timeout action waits its 4 clocks
-(``to_pending``); the action does not re-check the PSN and pushes RetxReq{psn 1} at
-clock 17 (offered at 19), counts a timeout and, unless ev_min_active holds it, marks the
-PSN's entry ASSUMED_BAD although its ACK arrived.  The segmenter then resends the
-acknowledged PSN if its message is not yet released (the receiver drops it as a
-duplicate).
+(b') every RetxReq names a PSN outstanding (in ``[una, nxt)``) in the clock it was decided
+    (two clocks before it is offered, with ``retx.ready`` high since reset): a timed-out PSN
+    cumulatively acknowledged while its timeout action waits (una passing it) is not
+    retransmitted.  This failed at clock 19 before the action re-checked una (``t_gone``);
+    ``test_reliability_acked_mutant_fails`` removes the re-check and sees it fail again.
 """
 
 import pytest
@@ -127,18 +122,20 @@ class ReliabilityProof(Elaboratable):
 
 @pytest.mark.formal
 def test_reliability_bounded_20():
-    """Sender reliability (qps 1, window 64, paths 4): (a) and (b) for 20 clocks from reset."""
-    require_proved(run_formal(ReliabilityProof(), "reliability", mode="bmc", depth=DEPTH))
+    """Sender reliability (qps 1, window 64, paths 4): (a), (b) and (b') for 20 clocks from
+    reset."""
+    require_proved(run_formal(ReliabilityProof(check_una=True), "reliability", mode="bmc",
+                              depth=DEPTH))
 
 
 @pytest.mark.formal
-def test_reliability_retx_acked_finding():
-    """FINDING (rtl/reliability.py, not a teeth test): (b') fails -- a timed-out PSN
-    cumulatively acknowledged during the timeout action is still retransmitted.  Passes
-    while the finding stands; when the RTL is fixed it fails, and (b') should join the
-    bounded proof."""
-    require_failed(run_formal(ReliabilityProof(check_una=True), "reliability_retx_acked",
-                              mode="bmc", depth=DEPTH))
+def test_reliability_acked_mutant_fails():
+    """Teeth of (b'): without the re-check of una (a timed-out PSN acknowledged during the
+    timeout action retransmitted all the same, as before the fix) the proof fails."""
+    mod = mutant(reliability, "(to_wait == 4) & ~t_gone & ~srch_busy & retx_room",
+                 "(to_wait == 4) & ~srch_busy & retx_room")
+    require_failed(run_formal(ReliabilityProof(mod.SenderReliability, check_una=True),
+                              "reliability_acked_mutant", mode="bmc", depth=DEPTH))
 
 
 @pytest.mark.formal
