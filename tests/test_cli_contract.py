@@ -215,7 +215,16 @@ def test_ctrl_c_on_serve_is_a_clean_stop(tmp_path):
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "never served"
             time.sleep(0.5)
-        time.sleep(4)
+        # until the first served round has completed (the rounds count, and with it the
+        # expected completions of the progress lines, went up): its time is then reported
+        def rounds_seen():
+            f = build / "progress.jsonl"
+            lines = f.read_text().splitlines()[:-1] if f.exists() else []   # whole lines
+            return {json.loads(x)["cpl_expected"] for x in lines}
+        while len(rounds_seen()) < 2:
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the first served round never completed"
+            time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)                     # a terminal's Ctrl-C
         t0 = time.monotonic()
         stdout, stderr = proc.communicate(timeout=60)
@@ -227,6 +236,6 @@ def test_ctrl_c_on_serve_is_a_clean_stop(tmp_path):
     assert "stopped" in stderr
     rep = json.loads(out.read_text())
     assert rep["stopped"] == "Ctrl-C or SIGTERM" and rep["bytes_mismatched"] == 0
-    if rep["rounds"] > 1:                   # a served round completed: its time is reported
-        assert rep["completion_ns"] and rep["complete"]
-        assert "not complete" not in stdout + stderr
+    assert rep["rounds"] > 1                # a served round completed: its time is reported
+    assert rep["completion_ns"] and rep["complete"]
+    assert "not complete" not in stdout + stderr
