@@ -95,7 +95,9 @@ class DropReason(py_enum.IntEnum):
     VERSION: IPv6 version != 6.  IPV6_LENGTH: payload length != frame length - 54.
     NEXT_HEADER: IPv6 next header not UDP(17) / SRH(43), SRH routing type != 4,
     or SRH next header not UDP.  SRH: Segments Left != 0 or > Last Entry, or
-    Hdr Ext Len < 2 * (Last Entry + 1) (TLVs, not parsed, must fit in the header).
+    Hdr Ext Len < 2 * (Last Entry + 1), or its TLVs (RFC 8754 section 2.1: Pad1, PadN and
+    any other type by its length) do not fill the rest of the SRH exactly, or two of them
+    start in one 8-byte beat (not supported: see ``_srh_tlv_walk``).
     DA: destination address neither ``locator_block|own_usid|0`` (SRV6) nor
     ``own_ip`` (STEV/UDP), or the form does not match the QP's EV mode.
     UDP_PORT: destination port != 4791.  UDP_LENGTH: UDP length != IPv6
@@ -318,6 +320,59 @@ class RxParser(wiring.Component):
             members["drops"] = Out(data.ArrayLayout(32, N_REASONS))
         super().__init__(members)
 
+    def _srh_tlv_walk(self, m, fire, i_last, lane, td, pre, rel, b0, has_srh):
+        """The SRH's TLVs (RFC 8754 section 2.1), walked one TLV per beat; sets ``self._tw_bad``.
+
+        The TLV area runs from the end of the segment list (byte 62 + 16 (Last Entry + 1):
+        lane 6 of beat 9 + 2 Last Entry) to the end of the SRH (byte 62 + 8 Hdr Ext Len:
+        lane 5 of beat b0), ``W`` = Hdr Ext Len - 2 (Last Entry + 1) words.  Each TLV is a
+        Pad1 (type 0, one byte) or type, length and ``length`` bytes (PadN, HMAC, any
+        other type: skipped).  The walk works on the previous beat, so a TLV starting in
+        lane 7 reads its length from lane 0 of the beat in hand; ``d`` is the lane of the
+        next TLV in the previous beat (>= 8: a later beat).  ``_tw_bad`` (the frame is
+        dropped under SRH) is set when a TLV runs past the end of the SRH, or when a second
+        TLV starts in the beat of another (more than one TLV start per 8-byte beat is not
+        supported: RFC 8754 uses Pad1 for a single byte of padding and PadN beyond it).
+        """
+        w_lim = Signal(8)              # W, the TLV area in 8-byte words (beat 7)
+        d = Signal(10)                 # lane of the next TLV start in the previous beat
+        p_tlv, p_b0 = Signal(), Signal()   # the previous beat is a TLV beat / is beat b0
+        pb = Signal(64, reset_less=True)   # the previous beat
+        bad = Signal()
+        self._tw_bad = bad
+
+        def pl(i):                     # lane i of the previous beat (i a Value)
+            return pb.word_select(i[:3], 8)
+        with m.If(fire):
+            m.d.sync += [pb.eq(td),
+                         # beat 9 + 2 Last Entry .. b0 - 1 (pre: rel = Hdr Ext Len - 1 - (beat - 7))
+                         # (beat 7 never is one: w_lim is still the previous frame's then)
+                         p_tlv.eq(~i_last & ~self._bt7 & pre & (rel < w_lim) & (w_lim != 0)),
+                         p_b0.eq(~i_last & ~self._bt7 & b0 & has_srh & (w_lim != 0))]
+        with m.If(fire & self._bt7):
+            # in beat 7 with an SRH, rel = Hdr Ext Len - 1 (pre); W = Hdr Ext Len - 2 LE - 2
+            m.d.sync += [w_lim.eq(Mux(pre, rel - 2 * lane(2) - 1, 0)), d.eq(6), bad.eq(0)]
+        step = Signal(10)
+        typ = pl(d)
+        ln = Mux(d[:3] == 7, lane(0), pl(d[:3] + 1))
+        m.d.comb += step.eq(Mux(typ == 0, 1, ln + 2))
+        nd = Signal(10)
+        m.d.comb += nd.eq(d + step)
+        with m.If(fire & p_tlv):
+            with m.If(d >= 8):
+                m.d.sync += d.eq(d - 8)
+            with m.Else():
+                m.d.sync += d.eq(nd - 8)
+                with m.If(nd < 8):
+                    m.d.sync += bad.eq(1)             # a second TLV start in this beat
+        with m.If(fire & p_b0):
+            # b0: lanes 0-5 end the area, the UDP header starts at lane 6
+            with m.If(d < 6):
+                with m.If(nd != 6):
+                    m.d.sync += bad.eq(1)             # past the SRH, or a second start
+            with m.Elif(d != 6):
+                m.d.sync += bad.eq(1)                 # the previous TLV ran past the SRH
+
     def elaborate(self, platform):
         m = Module()
         s = self.s_axis
@@ -432,6 +487,7 @@ class RxParser(wiring.Component):
                                            # (+ rel while l4)
         nl1 = i_nl1                              # bytes in this beat - 1 (tkeep contiguous)
         bt = Signal(8, init=1)                   # one-hot: bt[k] = (beat == k), k < 8
+        self._bt7 = bt[7]
         with m.If(fire):
             m.d.sync += bt.eq(Mux(i_last, 1, bt << 1))
         first = bt[0]
@@ -568,6 +624,8 @@ class RxParser(wiring.Component):
             # is set, and Hdr Ext Len = 0 when not
             m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
                          srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
+        self._srh_tlv_walk(m, fire, i_last, lane, td, pre, rel, at_rel(0), has_srh)
+        tw_bad = self._tw_bad
         # udp_len = plen - 5 from beat 7 on, registered at beat 6 (plen_m8 = IPv6 payload
         # length - 8, registered between beats 2 and 6)
         udp_len, plen_m8 = _data(18), _data(18)
@@ -713,7 +771,7 @@ class RxParser(wiring.Component):
         hdr_flags = Signal(R.QPN + 1 - R.NEXT_HEADER)
         for reason, expr in {
             R.NEXT_HEADER: ~(nh_udp | (has_srh & srh_type_ok & srh_nh_udp)),
-            R.SRH: has_srh & srh_bad,
+            R.SRH: has_srh & (srh_bad | tw_bad),
             R.DA: ~(da6 | dip) | Cat(*[qp_first[i] & Mux(qp_mode[i] == EvMode.SRV6, ~da6, ~dip)
                                        for i in range(qps)]).any(),
             R.UDP_PORT: dport_bad,

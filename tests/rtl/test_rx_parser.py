@@ -182,6 +182,48 @@ def expect(frame):
     return rec, payload
 
 
+def srh_tlvs_bad(area: bytes) -> bool:
+    """The SRH TLV rule (RFC 8754 section 2.1, as the parser applies it) on the TLV area.
+
+    Pad1 (type 0) is one byte, any other TLV type, length and ``length`` bytes; the TLVs
+    must fill the area exactly, and no two may start in one 8-byte beat (the area starts
+    at lane 6 of a beat, so TLV byte ``p`` is in beat ``(p + 6) // 8``)."""
+    p, beat = 0, None
+    while p < len(area):
+        if (p + 6) // 8 == beat:
+            return True                        # a second TLV start in one beat
+        beat = (p + 6) // 8
+        if area[p] == 0:
+            p += 1
+        elif p + 1 >= len(area):
+            return True                        # its length byte is past the SRH
+        else:
+            p += 2 + area[p + 1]
+    return p != len(area)
+
+
+def with_tlvs(frame: bytes, tlvs: bytes) -> bytes:
+    """``frame`` (with an SRH) with ``tlvs`` (a multiple of 8 bytes) appended to its SRH:
+    Hdr Ext Len, the IPv6 payload length and the ICRC rewritten."""
+    assert len(tlvs) % 8 == 0 and frame[20] == 43
+    u = l4_offset(frame)
+    f = bytearray(frame[:u] + tlvs + frame[u:])
+    f[55] += len(tlvs) // 8
+    struct.pack_into("!H", f, 18, struct.unpack_from("!H", f, 18)[0] + len(tlvs))
+    return fix_icrc(bytes(f))
+
+
+#: SRH TLV areas the parser accepts: PadN filling a word, two words, an HMAC-like TLV
+#: (type 5) of 40 bytes, a TLV of 6 bytes then a PadN of 2, a Pad1 after a TLV of 7
+GOOD_TLVS = [b"\x04\x06" + bytes(6), b"\x04\x06" + bytes(6) + b"\x04\x06" + bytes(6),
+             b"\x04\x0e" + bytes(14), b"\x05\x26" + bytes(38),
+             b"\x07\x04abcd\x04\x00", b"\x07\x05abcde\x00"]
+#: and areas it drops under SRH: a PadN one byte too long, a length far past the SRH, a
+#: length byte past the SRH, two TLV starts in one beat (PadN of 0 twice), Pad1 + PadN
+BAD_TLVS = [b"\x04\x07" + bytes(6), b"\x04\xc8" + bytes(6), b"\x04\x05" + bytes(5) + b"\x04",
+            b"\x04\x00\x04\x00\x04\x02" + bytes(2), b"\x00\x04\x05" + bytes(5)]
+
+
 def ref_reason(f: bytes, bad_keep=False):
     """Reference verdict on raw bytes: None (accepted) or the DropReason (lowest index first)."""
     n = len(f)
@@ -210,7 +252,8 @@ def ref_reason(f: bytes, bad_keep=False):
         return R.IPV6_LENGTH
     if not (nh == 17 or (has_srh and f[56] == 4 and f[54] == 17)):
         return R.NEXT_HEADER
-    if has_srh and (f[57] != 0 or f[57] > f[58] or f[55] < 2 * (f[58] + 1)):
+    if has_srh and (f[57] != 0 or f[57] > f[58] or f[55] < 2 * (f[58] + 1)
+                    or srh_tlvs_bad(f[62 + 16 * (f[58] + 1):u])):
         return R.SRH
     da = int.from_bytes(f[38:54], "big")
     d6, dip = da == SRV6_DA, da == OWN_IP_INT
@@ -408,6 +451,11 @@ async def run_valid(dut):
                    data_frame(rng, mode=mode, srh=srh, trim=True),
                    data_frame(rng, mode=mode, srh=srh, imm=5, trim=True),
                    data_frame(rng, size=8, mode=mode, srh=srh, region=3)]
+    # SRHs with TLVs (RFC 8754 section 2.1) are accepted: data, an ACK and a probe
+    frames += [with_tlvs(data_frame(rng, size=17 * i + 1, mode=SRV6, srh=True), t)
+               for i, t in enumerate(GOOD_TLVS)]
+    frames += [with_tlvs(ack_frame(rng, SRV6, True), GOOD_TLVS[3]),
+               with_tlvs(probe_frame(rng, SRV6, True), GOOD_TLVS[4])]
     for f in frames:
         assert ref_reason(f) is None
         await tb.send(f)
@@ -416,7 +464,7 @@ async def run_valid(dut):
     check_output(recs, pays, frames)
     assert sum(tb.counters()) == 0, f"drops {tb.counters()}"
     acc = tb.counters("accepted", 3)
-    assert acc == [len(frames) - 8, 4, 4], acc
+    assert acc == [len(frames) - 10, 5, 5], acc
 
 
 def rule_cases(rng):
@@ -453,6 +501,8 @@ def rule_cases(rng):
     f = base(srh=True, mode=SRV6)
     add(R.SRH, poke(f, 57, b"\x01"))
     add(R.SRH, poke(f, 58, bytes([f[58] + 1])))
+    for tlvs in BAD_TLVS:
+        add(R.SRH, with_tlvs(base(srh=True, mode=SRV6), tlvs))
     add(R.DA, poke(base(mode=SRV6, srh=False), 53, b"\x01"))
     add(R.DA, poke(base(mode=SRV6, srh=False), 38, OWN_IP_INT.to_bytes(16, "big")))
     add(R.DA, poke(base(mode=UDPM), 38, SRV6_DA.to_bytes(16, "big")))
@@ -540,8 +590,18 @@ async def run_rules(dut):
 
 def mutate(rng, frame):
     """One random mutation: (frame, bad tkeep?)."""
-    kind = rng.randrange(9)
+    kind = rng.randrange(10)
     f = bytearray(frame)
+    if kind == 9 and f[20] == 43:                  # an SRH TLV area of random TLVs
+        area = bytearray()
+        for _ in range(rng.randrange(1, 4)):
+            n = rng.choice([0, 1, 4, 6, rng.randrange(40)])
+            area += rng.choice([b"\x00", bytes([4, n]) + bytes(n), bytes([5, 38]) + bytes(38),
+                                bytes([rng.randrange(1, 256), n]) + rng.randbytes(n)])
+        if rng.random() < 0.5 and -len(area) % 8 >= 2:   # PadN to the word: often exact
+            area += bytes([4, -len(area) % 8 - 2]) + bytes(-len(area) % 8 - 2)
+        area = bytes(area[:len(area) - len(area) % 8]) or bytes([4, 6]) + bytes(6)
+        return with_tlvs(bytes(f), area), False
     if kind == 0:                                  # bit flips, ICRC left alone
         for _ in range(rng.randrange(1, 4)):
             f[rng.randrange(len(f))] ^= 1 << rng.randrange(8)
