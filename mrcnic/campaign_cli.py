@@ -76,6 +76,11 @@ def _finish(summary: dict, out_dir):
                          f"{d['mean_completion_x_ideal']} x ideal")
     Console().print(t)
     click.echo(f"wrote {out_dir}/runs.csv, runs.jsonl, summary.json, summary.png")
+    rtl = summary.get("rtl_versions") or []
+    if len(rtl) > 1:
+        click.secho(f"warning: the RTL sources changed while the campaign ran: its runs used "
+                    f"{len(rtl)} versions ({', '.join(rtl)}; column 'rtl' of runs.csv)",
+                    fg="yellow", err=True)
     for f in summary["failing"]:
         click.secho(f"FAILED seed {f['seed']} ({f['verdict']}: {f['failed'] or f['error']})",
                     fg="red", err=True)

@@ -39,7 +39,15 @@ COLUMNS = ("run", "seed", "point", "verdict", "failed", "loss", "corrupt", "dup"
            "inj_corrupt", "inj_dup", "inj_reorder", "inj_trim", "packets_sent",
            "retransmissions", "evs_assumed_bad", "nic_drops", "fabric_drops",
            "completion_ns", "ideal_ns", "completion_x_ideal", "sim_cycles", "wall_s",
-           "worker", "error", "replay")
+           "worker", "rtl", "error", "replay")
+
+
+def rtl_version() -> str:
+    """Hash (12 hex digits) of every RTL source file (``rtl/*.py``) as it is now: a run's
+    ``rtl`` column, so a campaign whose sources changed while it ran says so."""
+    from . import rtlsim
+    from .. import rtl
+    return rtlsim.build_key("rtl", files=sorted(Path(rtl.__file__).parent.glob("*.py")))[:12]
 
 _GRID_KEYS = ("size", "scenario")     #: grid keys besides the fault kinds
 
@@ -87,7 +95,8 @@ def run_one(params: dict) -> dict:
     t0 = time.monotonic()
     row = {c: "" for c in COLUMNS}
     row.update(run=params.get("run", 0), seed=params["seed"], point=params.get("point", ""),
-               worker=f"{socket.gethostname()}:{os.getpid()}", params=params)
+               worker=f"{socket.gethostname()}:{os.getpid()}", rtl=rtl_version(),
+               params=params)
     bdir = Path(tempfile.mkdtemp(prefix=f"mrcnic-run{params['seed']}-"))
     keep = False
     try:
@@ -314,7 +323,8 @@ def summarize(rows: list[dict], wall_s: float) -> dict:
         failing=[dict(seed=r["seed"], verdict=r["verdict"], failed=r["failed"],
                       error=r["error"], replay=r["replay"])
                  for r in rows if r["verdict"] != "pass"],
-        points=by_point or None)
+        points=by_point or None,
+        rtl_versions=sorted({r.get("rtl", "") for r in rows} - {""}))
 
 
 def plot_summary(rows: list[dict], path, title: str = "campaign") -> Path:

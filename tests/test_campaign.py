@@ -225,3 +225,24 @@ def test_sweep_grid_and_replay_commands():
         parse_grid(["nope=1"])
     runs = campaign_params("default", 3, 7, "loss=0:0.01", 4096)
     assert [r["seed"] for r in runs] == [7, 8, 9] and all(r["size"] == 4096 for r in runs)
+
+
+def test_summary_names_rtl_versions(tmp_path, monkeypatch):
+    """Each run records the RTL it simulated (``rtl``: a hash of rtl/*.py); a campaign whose
+    sources changed while it ran lists both versions and the CLI warns."""
+    from mrcnic.campaign_cli import _finish
+    from mrcnic.sim.campaign import COLUMNS, rtl_version, summarize
+
+    now = rtl_version()
+    assert len(now) == 12 and now == rtl_version()
+    row = {c: "" for c in COLUMNS}
+    rows = [dict(row, run=i, seed=i, verdict="pass", wall_s=1.0, rtl=v)
+            for i, v in enumerate([now, now, "0123456789ab"])]
+    s = summarize(rows, 3.0)
+    assert s["rtl_versions"] == sorted([now, "0123456789ab"])
+    assert summarize(rows[:2], 2.0)["rtl_versions"] == [now]
+    import click.testing
+    runner = click.testing.CliRunner()
+    import click
+    res = runner.invoke(click.command()(lambda: _finish(s, tmp_path)), [])
+    assert res.exit_code == 0 and "RTL sources changed" in res.output
