@@ -320,7 +320,7 @@ class RxParser(wiring.Component):
             members["drops"] = Out(data.ArrayLayout(32, N_REASONS))
         super().__init__(members)
 
-    def _srh_tlv_walk(self, m, fire, i_last, lane, td, pre, rel, b0, has_srh):
+    def _srh_tlv_walk(self, m, fire, i_last, lane, pre, rel, b0, has_srh):
         """The SRH's TLVs (RFC 8754 section 2.1), walked one TLV per beat; sets ``self._tw_bad``.
 
         The TLV area runs from the end of the segment list (byte 62 + 16 (Last Entry + 1):
@@ -329,7 +329,8 @@ class RxParser(wiring.Component):
         Pad1 (type 0, one byte) or type, length and ``length`` bytes (PadN, HMAC, any
         other type: skipped).  The walk works on the previous beat, so a TLV starting in
         lane 7 reads its length from lane 0 of the beat in hand; ``d`` is the lane of the
-        next TLV in the previous beat (>= 8: a later beat).  ``_tw_bad`` (the frame is
+        next TLV in the previous beat (>= 8: a later beat).  Each beat's per-lane TLV ends
+        are computed as it is taken, so the walk's loop is a lane multiplexer.  ``_tw_bad`` (the frame is
         dropped under SRH) is set when a TLV runs past the end of the SRH, or when a second
         TLV starts in the beat of another (more than one TLV start per 8-byte beat is not
         supported: RFC 8754 uses Pad1 for a single byte of padding and PadN beyond it).
@@ -337,41 +338,47 @@ class RxParser(wiring.Component):
         w_lim = Signal(8)              # W, the TLV area in 8-byte words (beat 7)
         d = Signal(10)                 # lane of the next TLV start in the previous beat
         p_tlv, p_b0 = Signal(), Signal()   # the previous beat is a TLV beat / is beat b0
-        pb = Signal(64, reset_less=True)   # the previous beat
         bad = Signal()
         self._tw_bad = bad
-
-        def pl(i):                     # lane i of the previous beat (i a Value)
-            return pb.word_select(i[:3], 8)
+        # Per lane L of a beat, registered as the beat is taken (so the walk's loop is only
+        # a lane multiplexer): a TLV starting at L ends at nd = L + (1 for Pad1, else
+        # 2 + its length byte at lane L + 1): dn[L] = nd - 8 (the next start's lane in the
+        # following beat), lt8[L] = nd < 8 (a second start in this beat), eq6[L] = nd == 6
+        # (the end of the area in beat b0).  Lane 7's length byte is lane 0 of the next beat.
+        dn = [Signal(10, name=f"tw_dn{lane_i}") for lane_i in range(7)]
+        lt8, eq6 = Signal(7), Signal(7)
+        t7_pad1 = Signal()
         with m.If(fire):
-            m.d.sync += [pb.eq(td),
-                         # beat 9 + 2 Last Entry .. b0 - 1 (pre: rel = Hdr Ext Len - 1 - (beat - 7))
-                         # (beat 7 never is one: w_lim is still the previous frame's then)
+            for L in range(7):
+                # (one adder per lane, the compares on the length byte itself)
+                pad1, ln = lane(L) == 0, lane(L + 1)
+                m.d.sync += [dn[L].eq(Mux(pad1, (L - 7) & 0x3FF, ln + ((L - 6) & 0x3FF))),
+                             lt8[L].eq(pad1 | (ln < max(0, 6 - L))),
+                             eq6[L].eq(Mux(pad1, L == 5, ln == 4 - L) if L <= 4 else
+                                       (pad1 & (L == 5)))]
+            m.d.sync += [t7_pad1.eq(lane(7) == 0),
+                         # beat 9 + 2 Last Entry .. b0 - 1 (pre: rel = Hdr Ext Len - 1 - (beat - 7));
+                         # beat 7 never is one (w_lim is still the previous frame's then)
                          p_tlv.eq(~i_last & ~self._bt7 & pre & (rel < w_lim) & (w_lim != 0)),
                          p_b0.eq(~i_last & ~self._bt7 & b0 & has_srh & (w_lim != 0))]
         with m.If(fire & self._bt7):
             # in beat 7 with an SRH, rel = Hdr Ext Len - 1 (pre); W = Hdr Ext Len - 2 LE - 2
             m.d.sync += [w_lim.eq(Mux(pre, rel - 2 * lane(2) - 1, 0)), d.eq(6), bad.eq(0)]
-        step = Signal(10)
-        typ = pl(d)
-        ln = Mux(d[:3] == 7, lane(0), pl(d[:3] + 1))
-        m.d.comb += step.eq(Mux(typ == 0, 1, ln + 2))
-        nd = Signal(10)
-        m.d.comb += nd.eq(d + step)
+        dn7 = Signal(10)
+        m.d.comb += dn7.eq(Mux(t7_pad1, 0, lane(0) + 1))     # 7 + (1 or 2 + length) - 8
+        sel = d[:3]
+        near = d[3:] == 0                                     # d < 8
+        dn_d = Array(dn + [dn7])[sel]
+        lt8_d = Cat(lt8, Const(0, 1)).bit_select(sel, 1)
+        eq6_d = Cat(eq6, Const(0, 1)).bit_select(sel, 1)
         with m.If(fire & p_tlv):
-            with m.If(d >= 8):
-                m.d.sync += d.eq(d - 8)
-            with m.Else():
-                m.d.sync += d.eq(nd - 8)
-                with m.If(nd < 8):
-                    m.d.sync += bad.eq(1)             # a second TLV start in this beat
+            m.d.sync += d.eq(Mux(near, dn_d, d - 8))
+            with m.If(near & lt8_d):
+                m.d.sync += bad.eq(1)                 # a second TLV start in this beat
         with m.If(fire & p_b0):
             # b0: lanes 0-5 end the area, the UDP header starts at lane 6
-            with m.If(d < 6):
-                with m.If(nd != 6):
-                    m.d.sync += bad.eq(1)             # past the SRH, or a second start
-            with m.Elif(d != 6):
-                m.d.sync += bad.eq(1)                 # the previous TLV ran past the SRH
+            with m.If(Mux(d < 6, ~eq6_d, d != 6)):
+                m.d.sync += bad.eq(1)   # past the SRH, a second start, or a TLV ran past it
 
     def elaborate(self, platform):
         m = Module()
@@ -624,7 +631,7 @@ class RxParser(wiring.Component):
             # is set, and Hdr Ext Len = 0 when not
             m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
                          srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
-        self._srh_tlv_walk(m, fire, i_last, lane, td, pre, rel, at_rel(0), has_srh)
+        self._srh_tlv_walk(m, fire, i_last, lane, pre, rel, at_rel(0), has_srh)
         tw_bad = self._tw_bad
         # udp_len = plen - 5 from beat 7 on, registered at beat 6 (plen_m8 = IPv6 payload
         # length - 8, registered between beats 2 and 6)
