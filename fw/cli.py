@@ -26,8 +26,9 @@ Output: rich tables for people, ``--json`` for scripts (``counters --watch
 nothing (every check runs before the first register write), with the exit codes of
 every ``mrcnic`` command (:mod:`mrcnic.clikit`): 2 for bad input (unknown EV or profile,
 values out of range, a deny that would break ``ev_min_active``, a configuration the
-NIC cannot hold, no ``--target``), 1 when the NIC or the link fails the command (bus
-errors, no answer, a verify mismatch, no probe reply, an agent error), 130 on Ctrl-C.
+NIC cannot hold, no ``--target``, an output file that cannot be written), 1 when the NIC
+or the link fails the command (bus errors, no answer, a verify mismatch, no probe reply, an
+agent error, a work request still pending), 130 on Ctrl-C.
 Operations that read many table entries (``ev list``, ``ev deny/allow/...`` without
 ``--profile``) show a progress bar on stderr; table entries are read with one
 multi-word read each where the transport has one (``read_burst``).
@@ -36,11 +37,13 @@ multi-word read each where the transport has one (``read_burst``).
 import errno
 import ipaddress
 import json
+import os
 import sys
 import time
 
 import click
 
+from ..clikit import OUT_FILE, SIZE
 from ..regmap import REGMAP
 from ..rtl.layouts import EvState
 from .client import CsrClient, CsrValueError, pack_record
@@ -226,18 +229,40 @@ class _Ctx:
 
 
 class _IntType(click.ParamType):
+    """An integer, decimal or ``0x...``; with ``bits``: 0..2^bits-1."""
     name = "INT"
 
+    def __init__(self, bits: int | None = None):
+        self.bits = bits
+
     def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return int(value, 0)
-        except ValueError:
-            self.fail(f"{value!r} is not an integer (decimal or 0x...)", param, ctx)
+        if not isinstance(value, int):
+            try:
+                value = int(value, 0)
+            except ValueError:
+                self.fail(f"{value!r} is not an integer (decimal or 0x...)", param, ctx)
+        if self.bits is not None and not 0 <= value < 1 << self.bits:
+            self.fail(f"{value:#x} is out of range 0..{(1 << self.bits) - 1:#x} "
+                      f"({self.bits} bits)", param, ctx)
+        return value
 
 
 INT = _IntType()
+U16, U32, U64 = _IntType(16), _IntType(32), _IntType(64)
+
+
+class _SecondsType(click.types.FloatParamType):
+    """A finite number of seconds >= 0."""
+    name = "SECONDS"
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if not 0 <= value < float("inf"):           # also refuses nan
+            self.fail(f"{value} is not a finite number of seconds >= 0", param, ctx)
+        return value
+
+
+SECONDS = _SecondsType()
 
 
 def _guard(fn):
@@ -253,8 +278,9 @@ def _guard(fn):
         try:
             return fn(*args, **kwargs)
         except MrcCtlError as exc:
-            # the API's bus error / no answer is the NIC's failure; its other errnos: bad input
-            if exc.errno in (errno.EIO, errno.ETIMEDOUT):
+            # the API's bus error, no answer, a NIC still busy with the previous work request
+            # (ENOMEM) are the NIC's failure; its other errnos: bad input
+            if exc.errno in (errno.EIO, errno.ETIMEDOUT, errno.ENOMEM):
                 raise FwFailed(str(exc)) from None
             raise FwError(str(exc)) from None
         except (CsrValueError, ConfigError) as exc:
@@ -263,6 +289,8 @@ def _guard(fn):
             raise FwFailed(f"{exc}") from None
         except ValueError as exc:
             raise FwError(str(exc)) from None
+        except OSError as exc:          # an input or output file (paths are checked first)
+            raise FwError(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
     return wrapper
 
 
@@ -501,7 +529,7 @@ def ev_allow(obj, ev_value, profile):
 @ev.command("probe")
 @click.argument("ev_value", metavar="EV", type=INT)
 @_profile_opt
-@click.option("--wait", type=float, default=1.0, show_default=True,
+@click.option("--wait", type=SECONDS, default=1.0, show_default=True,
               help="Seconds to wait for the probe replies.")
 @click.pass_obj
 @_guard
@@ -509,8 +537,6 @@ def ev_probe(obj, ev_value, profile, wait):
     """Send an EV probe on each {EV, port} of EV and print the RTTs (ns)
     (mrc_ctl_ep_batch_send_wait: one probe after the other, each waiting up to the wait time)."""
     from .mrc_ctl import MrcCtlEpOpType, MrcCtlEpReq, MrcCtlError, MrcCtlEv
-    if not 0 <= wait < float("inf"):
-        raise FwError(f"--wait must be >= 0 seconds, not {wait}")
     name, prof, entries, idx = obj.resolve_ev(ev_value, profile)
     by_port = {}
     for e in entries:
@@ -831,40 +857,59 @@ def _app(obj):
 
 def _pattern(spec: str, length: int) -> bytes:
     """Bytes of a pattern: ``seed:N`` (random, seeded), ``incr`` (byte i = i mod 256) or a
-    byte value (``0xA5``)."""
+    byte value (``0xA5``); ``ValueError`` for any other ``spec``."""
     import random
-    if spec.startswith("seed:"):
-        return random.Random(int(spec[5:], 0)).randbytes(length)
-    if spec == "incr":
-        return bytes(i & 0xFF for i in range(length))
     try:
+        if spec.startswith("seed:"):
+            return random.Random(int(spec[5:], 0)).randbytes(length)
+        if spec == "incr":
+            return (bytes(range(256)) * (length // 256 + 1))[:length]
         b = int(spec, 0)
+        if 0 <= b <= 255:
+            return bytes([b]) * length
     except ValueError:
-        raise FwError(f"--pattern {spec!r}: seed:N, incr or a byte value") from None
-    if not 0 <= b <= 255:
-        raise FwError(f"--pattern {spec!r}: a byte value is 0..255")
-    return bytes([b]) * length
+        pass
+    raise ValueError(f"{spec!r} is not a pattern: seed:N (N an integer), incr or a byte value "
+                     "0..255 (0xA5)")
 
 
-class _SizeType(click.ParamType):
-    name = "SIZE"
+def _write_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (an ``OUT_FILE``, checked while parsing); FwError if the
+    system refuses it all the same (a special file, a full disk)."""
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise FwError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class _PatternType(click.ParamType):
+    """A ``--pattern`` (:func:`_pattern`), checked while the command line is parsed."""
+    name = "PATTERN"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        s = value.strip().lower()
-        mult = 1
-        for suf, m in (("kib", 1024), ("mib", 1 << 20), ("k", 1024), ("m", 1 << 20)):
-            if s.endswith(suf):
-                s, mult = s[:-len(suf)], m
-                break
         try:
-            return int(s, 0) * mult
-        except ValueError:
-            self.fail(f"{value!r} is not a size (bytes, or 64k, 1MiB)", param, ctx)
+            _pattern(value, 0)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
 
 
-SIZE = _SizeType()
+PATTERN = _PatternType()
+
+
+def _source_data(mem, addr: int, length: int, src_file=None, pattern=None) -> bytes | None:
+    """The bytes to write at host memory ``addr``: the first ``length`` bytes of ``src_file``,
+    or ``pattern``, or None (neither: nothing to write).  The range is checked against the
+    host memory first (EINVAL), so no impossible size is read or generated."""
+    mem.check(addr, length)
+    if src_file:
+        with open(src_file, "rb") as f:
+            data = f.read(length)
+        if len(data) < length:
+            raise FwError(f"{src_file} holds {len(data)} bytes, {length} are needed")
+        return data
+    return None if pattern is None else _pattern(pattern, length)
 
 
 @fw.group()
@@ -929,62 +974,71 @@ def wr():
     """Work requests (mrc.h mrc_post_send / mrc_poll_cq) through the board registers."""
 
 
+POST_WAIT_S = 5.0       #: seconds ``wr post`` waits for the NIC to take the previous request
+
+
 @wr.command("post")
 @click.option("--qp", type=int, default=0, show_default=True, help="QP index.")
 @click.option("--size", type=SIZE, required=True, help="Bytes to write (64k, 1MiB, ...).")
-@click.option("--imm", type=INT, default=None, help="Write-with-Immediate with this value.")
-@click.option("--local-addr", type=INT, default=0x0040_0000, show_default=True,
+@click.option("--imm", type=U32, default=None, help="Write-with-Immediate with this value.")
+@click.option("--local-addr", type=U32, default=0x0040_0000, show_default=True,
               help="Host-memory byte address of the source data (8-byte aligned).")
 @click.option("--file", "src_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Source data from this file (its first --size bytes).")
-@click.option("--pattern", default=None, help="Source data: seed:N, incr or a byte (0xA5).")
+@click.option("--pattern", type=PATTERN, default=None,
+              help="Source data: seed:N, incr or a byte (0xA5) [default: seed:1].")
 @click.option("--no-fill", is_flag=True, help="Post what is in host memory already.")
-@click.option("--save", type=click.Path(dir_okay=False), default=None,
+@click.option("--save", type=OUT_FILE, default=None,
               help="Write the source data to this file too (to compare with the receiver's).")
-@click.option("--va", type=INT, default=None, help="Remote VA.")
-@click.option("--rkey", type=INT, default=None, help="Remote rkey.")
+@click.option("--va", type=U64, default=None, help="Remote VA.")
+@click.option("--rkey", type=U32, default=None, help="Remote rkey.")
 @click.option("--peer-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The receiver's config: its first memory region gives VA and rkey.")
-@click.option("--offset", type=SIZE, default=0, show_default=True,
-              help="Offset into the peer's region (with --peer-config).")
-@click.option("--wr-id", type=INT, default=1, show_default=True)
+@click.option("--offset", type=SIZE, default=None,
+              help="Offset into the peer's region (with --peer-config, without --va) [default: 0].")
+@click.option("--wr-id", type=U16, default=1, show_default=True)
 @click.pass_obj
 @_mrc_guard
 def wr_post(obj, qp, size, imm, local_addr, src_file, pattern, no_fill, save, va, rkey,
             peer_config, offset, wr_id):
-    """Fill host memory with the source data and post one RDMA WRITE (mrc_post_send)."""
-    from .mrc import IbvSendWr, IbvWrOpcode
+    """Fill host memory with the source data and post one RDMA WRITE (mrc_post_send).
+
+    Everything is checked before anything is written: the options, the work request, the
+    source range in host memory, and that the NIC has taken the previous work request
+    (waits up to 5 s, then exit 1)."""
+    from .mrc import IbvSendWr, IbvWrOpcode, pack_wr
     if sum(x is not None and x is not False for x in (src_file, pattern, no_fill or None)) > 1:
         raise FwError("give one of --file, --pattern, --no-fill")
+    if no_fill and save:
+        raise FwError("--save writes the source data, --no-fill has none: not both")
+    if offset is not None and (peer_config is None or va is not None):
+        raise FwError("--offset is into --peer-config's region: give --peer-config and no --va")
     if peer_config:
         from ..config import load_config
         regions = load_config(peer_config).memory_regions
         if not regions:
             raise FwError(f"{peer_config} has no memory region")
         mr = regions[0]
+        offset = offset or 0
         if offset + size > mr.length:
             raise FwError(f"offset {offset} + size {size} exceeds the peer region ({mr.length} bytes)")
         va = mr.va + offset if va is None else va
         rkey = mr.rkey if rkey is None else rkey
     if va is None or rkey is None:
         raise FwError("give --va and --rkey, or --peer-config")
-    data = None
-    if not no_fill:
-        if src_file:
-            with open(src_file, "rb") as f:
-                data = f.read(size)
-            if len(data) < size:
-                raise FwError(f"{src_file} holds {len(data)} bytes, --size is {size}")
-        else:
-            data = _pattern(pattern or "seed:1", size)
+    op = IbvWrOpcode.IBV_WR_RDMA_WRITE if imm is None else IbvWrOpcode.IBV_WR_RDMA_WRITE_WITH_IMM
+    wr = IbvSendWr(wr_id, op, local_addr, size, va, rkey, imm or 0)
     app = _app(obj)
+    q = app.qp(qp)                                      # EINVAL: no such QP
+    pack_wr(qp, wr)                                     # EINVAL: alignment, length, fields
+    data = _source_data(app.mem, local_addr, size, src_file,
+                        None if no_fill else pattern or "seed:1")
+    app.wait_post_slot(POST_WAIT_S)                     # ENOMEM (exit 1): the NIC is busy
+    if save:
+        _write_file(save, data)
     if data is not None:
         app.mem.write(local_addr, data)
-        if save:
-            with open(save, "wb") as f:
-                f.write(data)
-    op = IbvWrOpcode.IBV_WR_RDMA_WRITE if imm is None else IbvWrOpcode.IBV_WR_RDMA_WRITE_WITH_IMM
-    app.qp(qp).mrc_post_send(IbvSendWr(wr_id, op, local_addr, size, va, rkey, imm or 0))
+    q.mrc_post_send(wr)
     out = dict(qp=qp, opcode=op.name, size=size, local_addr=local_addr, va=va, rkey=rkey,
                imm=imm, wr_id=wr_id, filled=data is not None)
     obj.emit(out, lambda: _table("posted (mrc_post_send)", ("field", "value"),
@@ -997,10 +1051,10 @@ def wr_post(obj, qp, size, imm, local_addr, src_file, pattern, no_fill, save, va
 @click.option("--cq", type=click.Choice(["recv", "send"]), default="recv", show_default=True,
               help="recv: messages placed into this NIC's memory; send: this NIC's sent WRs "
                    "(the co-simulation only).")
-@click.option("--count", type=int, default=1, show_default=True)
-@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--wait", "wait_s", type=SECONDS, default=10.0, show_default=True,
               help="Wall-clock seconds (a simulation needs minutes for 64 KiB).")
-@click.option("--imm", type=INT, default=None,
+@click.option("--imm", type=U32, default=None,
               help="Wait for a Write-with-Immediate completion with this value (other "
                    "completions are popped and listed as skipped).")
 @click.pass_obj
@@ -1014,23 +1068,27 @@ def wr_wait(obj, cq, count, wait_s, imm):
     else:
         wcs, skipped = [], []
         deadline = time.monotonic() + wait_s
-        while len(wcs) < count:
-            for w in app.mrc_poll_cq(cq, 16):
+        while True:
+            got = app.mrc_poll_cq(cq, count - len(wcs))     # never more than still needed
+            for w in got:
                 (wcs if w.wc_flags and w.imm_data == imm else skipped).append(w)
             if len(wcs) >= count:
                 break
             if time.monotonic() >= deadline:
                 raise MrcCtlError(errno.ETIMEDOUT, f"{len(wcs)} of {count} completions with imm {imm:#x} "
                                        f"within {wait_s} s ({len(skipped)} others popped)")
-            time.sleep(0.05)
-    out = [dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn, imm=w.imm_data if w.wc_flags else None)
-           for w in wcs]
-    if skipped and obj.as_json:
-        out = out + [dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn, skipped=True,
-                          imm=w.imm_data if w.wc_flags else None) for w in skipped]
-    obj.emit(out, lambda: _table(f"{len(out)} {cq} completions", ("qp", "opcode", "psn", "imm"),
+            if not got:
+                time.sleep(0.05)
+
+    def row(w, **extra):
+        return dict(qp=w.qp_num, opcode=w.opcode.name, psn=w.psn,
+                    imm=w.imm_data if w.wc_flags else None, **extra)
+    out = [row(w) for w in wcs] + [row(w, skipped=True) for w in skipped]
+    title = f"{len(wcs)} {cq} completions" + (f", {len(skipped)} skipped" if skipped else "")
+    obj.emit(out, lambda: _table(title, ("qp", "opcode", "psn", "imm", "note"),
                                  [(r["qp"], r["opcode"], r["psn"], "" if r["imm"] is None
-                                   else f"{r['imm']:#x}") for r in out]))
+                                   else f"{r['imm']:#x}", "skipped" if r.get("skipped") else "")
+                                  for r in out]))
 
 
 @fw.group()
@@ -1041,24 +1099,27 @@ def mem():
 @mem.command("dump")
 @click.argument("addr", type=INT)
 @click.argument("length", type=SIZE)
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Raw bytes to a file.")
+@click.option("--out", type=OUT_FILE, default=None, help="Raw bytes to a file.")
 @click.option("--compare", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Compare with this file (exit 1 if they differ).")
+              help="Compare with this file (exit 1 if they differ, in bytes or in length).")
 @click.pass_obj
 @_mrc_guard
 def mem_dump(obj, addr, length, out, compare):
     """Read LENGTH bytes of host memory at ADDR (hex dump, --out file, --compare)."""
-    data = _app(obj).mem.read(addr, length)
-    if out:
-        with open(out, "wb") as f:
-            f.write(data)
-    res = dict(addr=addr, length=length)
     if compare:
         with open(compare, "rb") as f:
-            ref = f.read(length)
-        diff = sum(1 for a, b in zip(data, ref) if a != b) + abs(len(ref) - len(data))
-        first = next((i for i, (a, b) in enumerate(zip(data, ref)) if a != b), None)
-        res.update(compared=compare, differing_bytes=diff, first_difference=first)
+            ref = f.read(length + 1)                    # one more: a longer file differs too
+        ref_len = os.path.getsize(compare) if os.path.isfile(compare) else len(ref)
+    data = _app(obj).mem.read(addr, length)
+    if out:
+        _write_file(out, data)
+    res = dict(addr=addr, length=length)
+    if compare:
+        diffs = [i for i, (a, b) in enumerate(zip(data, ref)) if a != b]
+        diff = len(diffs) + abs(ref_len - length)
+        first = diffs[0] if diffs else (min(ref_len, length) if diff else None)
+        res.update(compared=compare, compared_length=ref_len, differing_bytes=diff,
+                   first_difference=first)
     if obj.as_json:
         if not out and not compare:
             res["hex"] = data.hex()
@@ -1069,32 +1130,30 @@ def mem_dump(obj, addr, length, out, compare):
                 chunk = data[i:i + 16]
                 click.echo(f"{addr + i:08x}  {chunk.hex(' ')}")
         if compare:
-            click.echo(f"{length} bytes at {addr:#x} vs {compare}: "
+            click.echo(f"{length} bytes at {addr:#x} vs {compare} ({ref_len} bytes): "
                        + ("identical" if not res["differing_bytes"] else
                           f"{res['differing_bytes']} bytes differ (first at +{res['first_difference']})"))
     if compare and res["differing_bytes"]:
         raise FwFailed(f"host memory at {addr:#x} differs from {compare} in "
-                       f"{res['differing_bytes']} bytes")
+                       f"{res['differing_bytes']} bytes (LENGTH {length}, the file {ref_len} bytes)")
 
 
 @mem.command("fill")
 @click.argument("addr", type=INT)
 @click.argument("length", type=SIZE)
-@click.option("--pattern", default="0x00", show_default=True, help="seed:N, incr or a byte value.")
+@click.option("--pattern", type=PATTERN, default=None,
+              help="seed:N, incr or a byte value [default: 0x00].")
 @click.option("--file", "src_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Bytes from this file instead of a pattern.")
 @click.pass_obj
 @_mrc_guard
 def mem_fill(obj, addr, length, pattern, src_file):
     """Write LENGTH bytes of host memory at ADDR from a pattern or a file."""
-    if src_file:
-        with open(src_file, "rb") as f:
-            data = f.read(length)
-        if len(data) < length:
-            raise FwError(f"{src_file} holds {len(data)} bytes, LENGTH is {length}")
-    else:
-        data = _pattern(pattern, length)
-    _app(obj).mem.write(addr, data)
+    if src_file and pattern is not None:
+        raise FwError("give one of --file, --pattern")
+    mem = _app(obj).mem
+    data = _source_data(mem, addr, length, src_file, pattern or "0x00")
+    mem.write(addr, data)
     obj.emit(dict(addr=addr, length=length), lambda: _table("host memory written", ("field", "value"),
                                                             [("addr", f"{addr:#x}"), ("length", length)]))
 
@@ -1132,4 +1191,4 @@ def ctl_load(obj, config_file, names):
                                   for n, r in out.items()]))
     bad = [n for n, r in out.items() if not r["same_evs"]]
     if bad:
-        raise FwError(f"read back differs from {config_file}: {', '.join(bad)}")
+        raise FwFailed(f"read back differs from {config_file}: {', '.join(bad)}")

@@ -143,9 +143,11 @@ def pack_wr(qp: int, wr: IbvSendWr) -> int:
         _fail(_errno.EINVAL, f"local_addr {wr.local_addr:#x} is not 8-byte aligned")
     if not 1 <= wr.length <= 1 << 31:
         _fail(_errno.EINVAL, f"length {wr.length} (1..2^31)")
+    if not 0 <= wr.wr_id <= 0xFFFF:
+        _fail(_errno.EINVAL, f"wr_id {wr.wr_id}: the hardware carries 16 bits (0..65535)")
     try:
         return pack_record(WorkRequest, dict(
-            qp=qp, opcode=WrOpcode(int(wr.opcode)), wr_id=wr.wr_id & 0xFFFF,
+            qp=qp, opcode=WrOpcode(int(wr.opcode)), wr_id=wr.wr_id,
             local_addr=wr.local_addr, remote_va=wr.remote_addr, rkey=wr.rkey, length=wr.length,
             imm=wr.imm_data), "WorkRequest")
     except CsrValueError as e:
@@ -181,7 +183,8 @@ class HostMemory:
         self.size = self.words * 4 if self.paged else min(self.words * 4, WINDOW)
         self._page = None
 
-    def _check(self, addr, length):
+    def check(self, addr: int, length: int) -> None:
+        """EINVAL unless ``length`` bytes at ``addr`` are all reachable (nothing is read)."""
         if addr < 0 or length < 0 or addr + length > self.size:
             _fail(_errno.EINVAL, f"host memory {addr:#x}..{addr + length:#x} is beyond the "
                                  f"{self.size} bytes reachable")
@@ -194,7 +197,8 @@ class HostMemory:
         return HOSTMEM_BASE + addr % WINDOW
 
     def read(self, addr: int, length: int) -> bytes:
-        self._check(addr, length)
+        """``length`` bytes of host memory at ``addr``."""
+        self.check(addr, length)
         lo, hi = addr & ~3, (addr + length + 3) & ~3
         out = bytearray()
         a = lo
@@ -211,7 +215,8 @@ class HostMemory:
         return bytes(out[addr - lo: addr - lo + length])
 
     def write(self, addr: int, data: bytes) -> None:
-        self._check(addr, len(data))
+        """Write ``data`` into host memory at ``addr`` (read-modify-write of partial words)."""
+        self.check(addr, len(data))
         lo, hi = addr & ~3, (addr + len(data) + 3) & ~3
         buf = bytearray(hi - lo)
         if lo != addr:
@@ -273,6 +278,18 @@ class MrcContext:
         if not 0 <= index < nq:
             _fail(_errno.EINVAL, f"QP {index} does not exist (0..{nq - 1})")
         return MrcQp(self, index)
+
+    def wait_post_slot(self, wait: float = 5.0, period: float = 0.02) -> None:
+        """Wait up to ``wait`` s until the NIC has taken the previous work request (the
+        board's ``WR_DATA`` registers are free again); ENOMEM if it is still pending."""
+        self._need_board("work requests")
+        deadline = time.monotonic() + wait
+        with self.ctl._bus():
+            while self.t.read32(BOARD["BOARD_STATUS"]) & 0x100:
+                if time.monotonic() >= deadline:
+                    _fail(_errno.ENOMEM, "the previous work request is still pending (the NIC "
+                                         "has not taken it)")
+                time.sleep(period)
 
     # ---- completions ---------------------------------------------------------------------
     def _poll(self, regs, num_entries):
@@ -383,12 +400,8 @@ class MrcQp:
         ctx = self.ctx
         ctx._need_board("work requests")
         bits = pack_wr(self.index, wr)
-        deadline = time.monotonic() + wait
+        ctx.wait_post_slot(wait)
         with ctx.ctl._bus():
-            while ctx.t.read32(BOARD["BOARD_STATUS"]) & 0x100:
-                if time.monotonic() >= deadline:
-                    _fail(_errno.ENOMEM, "the previous work request is still pending")
-                time.sleep(0.02)
             for i in range(7):
                 ctx.t.write32(BOARD[f"WR_DATA{i}"], (bits >> (32 * i)) & 0xFFFFFFFF)
             ctx.t.write32(BOARD["WR_POST"], 1)

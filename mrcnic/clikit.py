@@ -111,11 +111,14 @@ def parse_size(text) -> int:
     """Bytes of a size: ``65536``, ``0x10000``, ``64k`` / ``64KiB`` (x1024), ``1M`` / ``1MiB``,
     ``1G`` / ``1GiB``; ``kB``/``MB``/``GB`` are decimal (x1000).  Case-insensitive.
 
-    Raises ``ValueError`` for anything else, or a size that is not a whole number of bytes.
+    Raises ``ValueError`` for anything else, a negative size, or a size that is not a whole
+    number of bytes.
     """
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
     s = str(text).strip()
+    if s.startswith("-"):
+        raise ValueError(f"{text!r}: a size cannot be negative")
     if re.fullmatch(r"0[xX][0-9a-fA-F]+", s):
         return int(s, 16)
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", s)
@@ -146,8 +149,10 @@ def check_output_file(path) -> Path:
     """``path`` as a :class:`Path` if a file can be written there; ``ValueError`` otherwise.
 
     The folder must exist and be writable, and ``path`` must not be a folder.  Nothing is
-    created.
+    created.  An empty path is refused.
     """
+    if not str(path).strip():
+        raise ValueError("an empty path is not a file name")
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{path} is a directory, not a file")

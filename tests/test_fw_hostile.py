@@ -9,6 +9,7 @@ client's register map cannot hold; ``mrcnic fw`` / ``mrcnic sim --serve`` with b
 options.  Each test names the problem it guards against.
 """
 
+import json
 import math
 import socket
 import time
@@ -373,3 +374,182 @@ def test_sim_serve_bad_options_fail_before_building(tmp_path):
         busy.close()
     res = CliRunner().invoke(main, ["sim", "--serve", "0", "--serve-time", "0"])
     assert res.exit_code == 2
+
+
+# ---- fw wr / mem / ctl load: checked before anything is written ---------------------------
+@pytest.fixture
+def board():
+    """A provisioned NIC model with a board (host memory, WR slot, completion FIFO) served over
+    TCP, its host memory filled with a known background: ``(model, run(*args))``."""
+    from .test_fw_mrc_api import nic
+    model, _, _ = nic()
+    mem = model.board.nic.mem
+    mem.write(0, bytes((i * 7 + 3) & 0xFF for i in range(mem.size)))
+    with CsrServer(model) as srv:
+        target = f"tcp:{srv.address[0]}:{srv.address[1]}"
+        yield model, lambda *args: CliRunner().invoke(main, ["fw", "--target", target, *args])
+
+
+def _one_error_line(res, code, text):
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == code, (res.exit_code, res.output)
+    assert len(lines) == 1 and lines[0].startswith("error: mrcnic fw") and text in lines[0], lines
+    assert res.exception is None or isinstance(res.exception, SystemExit)    # no traceback
+
+
+def _cpl(model, imm=None, psn=0):
+    from mrcnic.rtl.layouts import Completion
+    model.board.cpl.append(pack_record(Completion, dict(qp=0, psn=psn, has_imm=imm is not None,
+                                                        imm=imm or 0)))
+
+
+_PEER = ["--peer-config", "examples/nic1.toml"]
+_VR = ["--va", "0x7f0000000000", "--rkey", "0x2001"]
+_POST = ["wr", "post", "--size", "64", "--local-addr", "0x2000", "--save", "{tmp}/sent.bin"]
+BAD_FW = [
+    # (args, text in the one error line): exit 2, nothing written (host memory, --save /
+    # --out file, WR slot), no completion popped
+    (_POST + ["--imm", "0x100000000", *_PEER], "--imm"),
+    (_POST + ["--imm=-1", *_PEER], "--imm"),
+    (_POST + ["--qp", "99", *_PEER], "QP 99 does not exist"),
+    (_POST + ["--qp=-1", *_PEER], "QP -1 does not exist"),
+    (_POST + ["--rkey", "0x1ffffffff", "--va", "0"], "--rkey"),
+    (_POST + ["--rkey", "1", "--va=-1"], "--va"),
+    (_POST + ["--wr-id", "70000", *_PEER], "--wr-id"),            # was: cut to 16 bits
+    (_POST + ["--local-addr", "0x2004", *_PEER], "8-byte aligned"),
+    (_POST + ["--local-addr", "0x1fff8", "--size", "64k", *_PEER], "beyond"),
+    (_POST + ["--local-addr", "0", "--size", "512m", *_VR], "beyond"),  # was: MemoryError
+    (_POST + ["--local-addr", "0", "--size", "256m", "--pattern", "seed:1", *_VR], "beyond"),
+    (_POST + ["--size=-8", *_PEER], "cannot be negative"),
+    (_POST + ["--pattern", "seed:x", *_PEER], "seed:N"),
+    (_POST + ["--pattern", "seed:", *_PEER], "seed:N"),
+    (_POST + ["--pattern", "seed:1.5", *_PEER], "seed:N"),
+    (_POST + ["--offset=-4096", *_PEER], "cannot be negative"),
+    (_POST + ["--offset", "64k", *_VR], "--offset"),                 # was: ignored
+    (_POST + ["--offset", "64k", "--va", "0x1000", *_PEER], "--offset"),
+    (_POST + ["--no-fill", *_PEER], "--no-fill"),                   # was: --save wrote nothing
+    (["wr", "post", "--size", "64k", "--local-addr", "0x1fff8", "--no-fill", *_VR], "beyond"),
+    (["wr", "post", "--size", "64", "--save", "", *_PEER], "empty path"),
+    (["wr", "post", "--size", "64", "--save", "{tmp}/no/s.bin", *_PEER], "does not exist"),
+    (["wr", "post", "--size", "64", "--save", "{tmp}", *_PEER], "is a directory"),
+    (["wr", "wait", "--wait", "nan"], "--wait"),                     # was: a hang
+    (["wr", "wait", "--wait", "inf"], "--wait"),
+    (["wr", "wait", "--wait=-1"], "--wait"),
+    (["wr", "wait", "--count", "0"], "--count"),
+    (["wr", "wait", "--imm", "0x100000000"], "--imm"),
+    (["mem", "fill", "--", "0x100", "-1"], "cannot be negative"),   # was: success
+    (["mem", "fill", "0x100", str(1 << 40)], "beyond"),              # was: MemoryError
+    (["mem", "fill", "0x100", "300m", "--pattern", "incr"], "beyond"),
+    (["mem", "fill", "0x100", "8", "--pattern", "seed:x"], "seed:N"),
+    (["mem", "fill", "0x100", "8", "--pattern", "0x100"], "seed:N"),
+    (["mem", "fill", "0x100", "8", "--file", "examples/nic1.toml", "--pattern", "0x1"],
+     "one of --file, --pattern"),
+    (["mem", "dump", "0", "4", "--out", ""], "empty path"),
+    (["mem", "dump", "0", "4", "--out", "{tmp}/no/d.bin"], "does not exist"),
+    (["mem", "dump", "0", "4", "--out", "{tmp}"], "is a directory"),
+]
+
+
+@pytest.mark.parametrize("args,text", BAD_FW, ids=[" ".join(a)[:70] for a, _ in BAD_FW])
+def test_fw_bad_input_writes_nothing(board, tmp_path, args, text):
+    model, run = board
+    mem = model.board.nic.mem
+    before = mem.read(0, mem.size)
+    _cpl(model, imm=0x77)
+    t0 = time.monotonic()
+    res = run(*[a.format(tmp=tmp_path) for a in args])
+    assert time.monotonic() - t0 < 5, "checked before generating any data"
+    _one_error_line(res, 2, text)
+    assert mem.read(0, mem.size) == before and model.board.pending is None
+    assert len(model.board.cpl) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_fw_wr_post_while_pending_fails_writing_nothing(board, tmp_path, monkeypatch):
+    """Was: the second post overwrote the pending request's source data, then exit 2 (ENOMEM)."""
+    import mrcnic.fw.cli as fwcli
+    model, run = board
+    monkeypatch.setattr(fwcli, "POST_WAIT_S", 0.2)
+    res = run("wr", "post", "--size", "64", "--local-addr", "0x2000", "--pattern", "0x11", *_PEER)
+    assert res.exit_code == 0, res.output
+    pending, mem = model.board.pending, model.board.nic.mem
+    before = mem.read(0, mem.size)
+    res = run("wr", "post", "--size", "64", "--local-addr", "0x2000", "--pattern", "0x22",
+              "--save", str(tmp_path / "s.bin"), *_PEER)
+    _one_error_line(res, 1, "still pending")
+    assert mem.read(0, mem.size) == before and mem.read(0x2000, 64) == b"\x11" * 64
+    assert model.board.pending == pending and list(tmp_path.iterdir()) == []
+
+
+def test_fw_wr_wait_imm_pops_only_what_it_needs(board):
+    """Was: polled 16 at a time: extra matching completions were popped and lost; skipped
+    ones were listed in --json only."""
+    model, run = board
+    for psn, imm in enumerate([0x55, 0x55, None, 0x55]):
+        _cpl(model, imm, psn)
+    res = run("--json", "wr", "wait", "--imm", "0x55", "--count", "1", "--wait", "1")
+    assert res.exit_code == 0, res.output
+    assert [(w["psn"], w.get("skipped")) for w in json.loads(res.output)] == [(0, None)]
+    assert len(model.board.cpl) == 3
+    res = run("--json", "wr", "wait", "--imm", "0x55", "--count", "2", "--wait", "1")
+    assert [(w["psn"], w.get("skipped")) for w in json.loads(res.output)] == [
+        (1, None), (3, None), (2, True)]
+    assert len(model.board.cpl) == 0
+    _cpl(model, None, 7)
+    _cpl(model, 0x55, 8)
+    res = run("wr", "wait", "--imm", "0x55", "--wait", "1")
+    assert res.exit_code == 0 and "1 skipped" in res.output, res.output
+    rows = [line for line in res.output.splitlines() if "IBV_WC" in line]
+    assert len(rows) == 2 and "skipped" in rows[1] and " 7 " in rows[1], rows
+
+
+def test_fw_mem_dump_compare_lengths(board, tmp_path):
+    """Was: a file shorter or longer than LENGTH compared as identical in its common part
+    (longer) or with first_difference null (shorter)."""
+    model, run = board
+    data = model.board.nic.mem.read(0x100, 16)
+    for name, content, first in (("same", data, None), ("short", data[:12], 12),
+                                 ("long", data + b"\0\0", 16),
+                                 ("other", data[:5] + bytes([data[5] ^ 0xFF]) + data[6:], 5)):
+        f = tmp_path / name
+        f.write_bytes(content)
+        res = run("--json", "mem", "dump", "0x100", "16", "--compare", str(f))
+        if first is None:
+            assert res.exit_code == 0, res.output
+            continue
+        assert res.exit_code == 1, res.output
+        out = json.loads(res.output[:res.output.rindex("}") + 1])
+        assert out["first_difference"] == first and out["compared_length"] == len(f.read_bytes())
+        assert out["differing_bytes"] == (1 if name == "other" else abs(len(content) - 16))
+        assert f"the file {len(f.read_bytes())} bytes" in res.output.splitlines()[-1]
+        assert "LENGTH 16" in res.output.splitlines()[-1]
+
+
+def test_fw_sizes_are_the_projects_sizes(board):
+    """fw sizes use mrcnic.clikit.parse_size: 1KB is 1000 bytes, 1KiB 1024, GiB a size."""
+    model, run = board
+    for size, n in (("1KB", 1000), ("1KiB", 1024), ("1k", 1024), ("0x10", 16)):
+        res = run("--json", "mem", "dump", "0", size)
+        assert res.exit_code == 0 and json.loads(res.output)["length"] == n, res.output
+    _one_error_line(run("mem", "dump", "0", "1GiB"), 2, "beyond")
+
+
+def test_fw_ctl_load_read_back_mismatch_exits_1(board, monkeypatch):
+    """Was: exit 2 (bad input) when the NIC read back other EVs than the file's."""
+    import dataclasses
+
+    from mrcnic.fw.mrc_ctl import MrcCtlContext
+    _, run = board
+    orig = MrcCtlContext.mrc_ctl_query_ev_profile
+
+    def query(self, pid, attr, mask):
+        r = orig(self, pid, attr, mask)
+        if attr.ev_op is not None and attr.ev_op.entries:
+            e = attr.ev_op.entries[0]
+            attr.ev_op.entries[0] = dataclasses.replace(e, ev=dataclasses.replace(e.ev,
+                                                                               val=e.ev.val ^ 1))
+        return r
+    monkeypatch.setattr(MrcCtlContext, "mrc_ctl_query_ev_profile", query)
+    res = run("ctl", "load", "examples/ocp_mrc_examples.toml", "--profile", "gen_stev")
+    assert res.exit_code == 1 and "DIFFERENT" in res.output, res.output
+    assert res.output.splitlines()[-1].startswith("error: mrcnic fw") and \
+        "read back differs" in res.output.splitlines()[-1]
