@@ -7,7 +7,8 @@ interleaved with ``chunk`` mutants.  Mutants are made from small valid frames of
 whose PSNs lie half the PSN space away (so a mutant that is still valid, a flip in an
 ICRC-masked field, is never placed: out of window) and are: one layer's fields replaced by
 Scapy's random values, truncations, random bytes, 1-3 bit flips, and SRH frames whose Hdr
-Ext Len is cut or padded (TLV overruns).
+Ext Len is cut or padded (TLV overruns) or that carry random TLVs after their segment list
+with consistent lengths and ICRC (the parser's TLV walk decides).
 
 Checked per chunk: the run ends (no hang: the testbench's cycle limit is a failure), every
 host byte written is a byte of the valid message, written once, equal to its source (so
@@ -113,7 +114,9 @@ def _srh_mutant(rng, frame: bytes) -> bytes:
     """An SRH frame whose Hdr Ext Len or TLV area is damaged (or a bit flip without SRH)."""
     b = bytearray(frame)
     if len(b) > 56 and b[20] == 43:
-        choice = rng.randrange(3)
+        choice = rng.randrange(4)
+        if choice == 3:
+            return _with_tlv_area(rng, frame)
         if choice == 0:
             b[55] = rng.randrange(256)                  # Hdr Ext Len anywhere
         elif choice == 1:
@@ -123,6 +126,33 @@ def _srh_mutant(rng, frame: bytes) -> bytes:
         return bytes(b)
     i = rng.randrange(len(b))
     b[i] ^= 1 << rng.randrange(8)
+    return bytes(b)
+
+
+def _with_tlv_area(rng, frame: bytes) -> bytes:
+    """``frame`` (with an SRH) with 8..32 bytes of random TLVs (Pad1, PadN, HMAC-sized,
+    any type and length: some fill the area exactly, some run past it) inserted after its
+    segment list; Hdr Ext Len, the IPv6 payload length and the ICRC made consistent, so
+    the parser's TLV walk (RFC 8754 section 2.1) is what decides."""
+    import struct
+
+    from mrcnic import wire
+    area = bytearray()
+    for _ in range(rng.randrange(1, 4)):
+        n = rng.choice([0, 1, 4, 6, rng.randrange(40)])
+        area += rng.choice([b"\x00", bytes([4, n]) + bytes(n), bytes([5, 38]) + bytes(38),
+                            bytes([rng.randrange(1, 256), n]) + rng.randbytes(n)])
+    if rng.random() < 0.5 and -len(area) % 8 >= 2:
+        area += bytes([4, -len(area) % 8 - 2]) + bytes(-len(area) % 8 - 2)
+    area = bytes(area[:len(area) - len(area) % 8]) or bytes([4, 6]) + bytes(6)
+    u = 54 + 8 + 8 * frame[55]
+    b = bytearray(frame[:u] + area + frame[u:])
+    b[55] = (b[55] + len(area) // 8) & 0xFF
+    struct.pack_into("!H", b, 18, (struct.unpack_from("!H", b, 18)[0] + len(area)) & 0xFFFF)
+    try:
+        b[-4:] = struct.pack("<I", wire.icrc(bytes(b)))
+    except ValueError:
+        pass
     return bytes(b)
 
 
