@@ -42,7 +42,7 @@ __all__ = [
     "ev_flow_label", "ev_udp_sport", "PathEncap",
     "build_data_frame", "build_ack_frame", "build_probe_frame",
     "arrival_form", "icrc_view", "icrc", "icrc_bytes", "check_icrc", "roce_pad",
-    "header_length", "trim_frame",
+    "header_length", "trim_frame", "srh_add_tlvs",
 ]
 
 # --------------------------------------------------------------------------
@@ -488,3 +488,22 @@ def check_icrc(frame: bytes, usid_block: int | None = None) -> bool:
         return struct.pack("<I", icrc(form)) == frame[-ICRC_LEN:]
     except (ValueError, struct.error):
         return False
+
+
+def srh_add_tlvs(frame: bytes, tlvs: bytes) -> bytes:
+    """``frame`` (Ethernet/IPv6/SRH/...) with ``tlvs`` (a multiple of 8 bytes) appended to its
+    SRH after the segment list (RFC 8754 section 2.1), Hdr Ext Len and the IPv6 payload length
+    grown by them and the ICRC recomputed (left alone when the frame has no UDP/BTH to find).
+
+    Raises ``ValueError`` when ``frame`` has no SRH or ``tlvs`` is not whole 8-byte words."""
+    if len(frame) < 56 or frame[20] != 43 or len(tlvs) % 8:
+        raise ValueError("srh_add_tlvs needs a frame with an SRH and whole 8-byte words of TLVs")
+    u = ETH_HLEN + IPV6_HLEN + 8 + 8 * frame[55]
+    b = bytearray(frame[:u] + tlvs + frame[u:])
+    b[55] = (b[55] + len(tlvs) // 8) & 0xFF
+    struct.pack_into("!H", b, 18, (struct.unpack_from("!H", b, 18)[0] + len(tlvs)) & 0xFFFF)
+    try:
+        b[-4:] = struct.pack("<I", icrc(bytes(b)))
+    except ValueError:
+        pass
+    return bytes(b)

@@ -320,8 +320,9 @@ class RxParser(wiring.Component):
             members["drops"] = Out(data.ArrayLayout(32, N_REASONS))
         super().__init__(members)
 
-    def _srh_tlv_walk(self, m, fire, i_last, lane, pre, rel, b0, has_srh):
-        """The SRH's TLVs (RFC 8754 section 2.1), walked one TLV per beat; sets ``self._tw_bad``.
+    @staticmethod
+    def _srh_tlv_walk(m, fire, i_last, lane, bt7, pre, rel, b0, has_srh):
+        """The SRH's TLVs (RFC 8754 section 2.1), walked one TLV per beat; returns ``bad``.
 
         The TLV area runs from the end of the segment list (byte 62 + 16 (Last Entry + 1):
         lane 6 of beat 9 + 2 Last Entry) to the end of the SRH (byte 62 + 8 Hdr Ext Len:
@@ -330,16 +331,15 @@ class RxParser(wiring.Component):
         other type: skipped).  The walk works on the previous beat, so a TLV starting in
         lane 7 reads its length from lane 0 of the beat in hand; ``d`` is the lane of the
         next TLV in the previous beat (>= 8: a later beat).  Each beat's per-lane TLV ends
-        are computed as it is taken, so the walk's loop is a lane multiplexer.  ``_tw_bad`` (the frame is
-        dropped under SRH) is set when a TLV runs past the end of the SRH, or when a second
-        TLV starts in the beat of another (more than one TLV start per 8-byte beat is not
+        are computed as it is taken, so the walk's loop is a lane multiplexer.  ``bad``
+        (the frame is dropped under SRH) is set when a TLV runs past the end of the SRH, or
+        when a second TLV starts in the beat of another (more than one TLV start per 8-byte beat is not
         supported: RFC 8754 uses Pad1 for a single byte of padding and PadN beyond it).
         """
         w_lim = Signal(8)              # W, the TLV area in 8-byte words (beat 7)
         d = Signal(10)                 # lane of the next TLV start in the previous beat
         p_tlv, p_b0 = Signal(), Signal()   # the previous beat is a TLV beat / is beat b0
         bad = Signal()
-        self._tw_bad = bad
         # Per lane L of a beat, registered as the beat is taken (so the walk's loop is only
         # a lane multiplexer): a TLV starting at L ends at nd = L + (1 for Pad1, else
         # 2 + its length byte at lane L + 1): dn[L] = nd - 8 (the next start's lane in the
@@ -359,9 +359,9 @@ class RxParser(wiring.Component):
             m.d.sync += [t7_pad1.eq(lane(7) == 0),
                          # beat 9 + 2 Last Entry .. b0 - 1 (pre: rel = Hdr Ext Len - 1 - (beat - 7));
                          # beat 7 never is one (w_lim is still the previous frame's then)
-                         p_tlv.eq(~i_last & ~self._bt7 & pre & (rel < w_lim) & (w_lim != 0)),
-                         p_b0.eq(~i_last & ~self._bt7 & b0 & has_srh & (w_lim != 0))]
-        with m.If(fire & self._bt7):
+                         p_tlv.eq(~i_last & ~bt7 & pre & (rel < w_lim) & (w_lim != 0)),
+                         p_b0.eq(~i_last & ~bt7 & b0 & has_srh & (w_lim != 0))]
+        with m.If(fire & bt7):
             # in beat 7 with an SRH, rel = Hdr Ext Len - 1 (pre); W = Hdr Ext Len - 2 LE - 2
             m.d.sync += [w_lim.eq(Mux(pre, rel - 2 * lane(2) - 1, 0)), d.eq(6), bad.eq(0)]
         dn7 = Signal(10)
@@ -379,6 +379,7 @@ class RxParser(wiring.Component):
             # b0: lanes 0-5 end the area, the UDP header starts at lane 6
             with m.If(Mux(d < 6, ~eq6_d, d != 6)):
                 m.d.sync += bad.eq(1)   # past the SRH, a second start, or a TLV ran past it
+        return bad
 
     def elaborate(self, platform):
         m = Module()
@@ -494,7 +495,6 @@ class RxParser(wiring.Component):
                                            # (+ rel while l4)
         nl1 = i_nl1                              # bytes in this beat - 1 (tkeep contiguous)
         bt = Signal(8, init=1)                   # one-hot: bt[k] = (beat == k), k < 8
-        self._bt7 = bt[7]
         with m.If(fire):
             m.d.sync += bt.eq(Mux(i_last, 1, bt << 1))
         first = bt[0]
@@ -631,8 +631,7 @@ class RxParser(wiring.Component):
             # is set, and Hdr Ext Len = 0 when not
             m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
                          srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
-        self._srh_tlv_walk(m, fire, i_last, lane, pre, rel, at_rel(0), has_srh)
-        tw_bad = self._tw_bad
+        tw_bad = self._srh_tlv_walk(m, fire, i_last, lane, bt[7], pre, rel, at_rel(0), has_srh)
         # udp_len = plen - 5 from beat 7 on, registered at beat 6 (plen_m8 = IPv6 payload
         # length - 8, registered between beats 2 and 6)
         udp_len, plen_m8 = _data(18), _data(18)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["run_fuzz", "mutants", "CHUNK"]
+__all__ = ["run_fuzz", "mutants", "random_tlv_area", "CHUNK"]
 
 CHUNK = 25_000          #: mutants per simulation
 _MAC = dict(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:10:00", src_ip="fd00::1")
@@ -115,8 +115,9 @@ def _srh_mutant(rng, frame: bytes) -> bytes:
     b = bytearray(frame)
     if len(b) > 56 and b[20] == 43:
         choice = rng.randrange(4)
-        if choice == 3:
-            return _with_tlv_area(rng, frame)
+        if choice == 3:                                 # random TLVs, lengths and ICRC right
+            from mrcnic import wire
+            return wire.srh_add_tlvs(frame, random_tlv_area(rng))
         if choice == 0:
             b[55] = rng.randrange(256)                  # Hdr Ext Len anywhere
         elif choice == 1:
@@ -129,14 +130,10 @@ def _srh_mutant(rng, frame: bytes) -> bytes:
     return bytes(b)
 
 
-def _with_tlv_area(rng, frame: bytes) -> bytes:
-    """``frame`` (with an SRH) with 8..32 bytes of random TLVs (Pad1, PadN, HMAC-sized,
-    any type and length: some fill the area exactly, some run past it) inserted after its
-    segment list; Hdr Ext Len, the IPv6 payload length and the ICRC made consistent, so
-    the parser's TLV walk (RFC 8754 section 2.1) is what decides."""
-    import struct
-
-    from mrcnic import wire
+def random_tlv_area(rng) -> bytes:
+    """8..48 bytes (whole 8-byte words) of random SRH TLVs: Pad1, PadN, HMAC-sized (type 5),
+    any type and length; about half end on a PadN that fills the word exactly, the others
+    are cut at a word boundary (so some TLVs run past the SRH)."""
     area = bytearray()
     for _ in range(rng.randrange(1, 4)):
         n = rng.choice([0, 1, 4, 6, rng.randrange(40)])
@@ -144,16 +141,7 @@ def _with_tlv_area(rng, frame: bytes) -> bytes:
                             bytes([rng.randrange(1, 256), n]) + rng.randbytes(n)])
     if rng.random() < 0.5 and -len(area) % 8 >= 2:
         area += bytes([4, -len(area) % 8 - 2]) + bytes(-len(area) % 8 - 2)
-    area = bytes(area[:len(area) - len(area) % 8]) or bytes([4, 6]) + bytes(6)
-    u = 54 + 8 + 8 * frame[55]
-    b = bytearray(frame[:u] + area + frame[u:])
-    b[55] = (b[55] + len(area) // 8) & 0xFF
-    struct.pack_into("!H", b, 18, (struct.unpack_from("!H", b, 18)[0] + len(area)) & 0xFFFF)
-    try:
-        b[-4:] = struct.pack("<I", wire.icrc(bytes(b)))
-    except ValueError:
-        pass
-    return bytes(b)
+    return bytes(area[:len(area) - len(area) % 8]) or bytes([4, 6]) + bytes(6)
 
 
 def run_fuzz(frames: int = 100_000, *, seed: int = 1, chunk: int = CHUNK,

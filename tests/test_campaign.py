@@ -227,9 +227,12 @@ def test_sweep_grid_and_replay_commands():
     assert [r["seed"] for r in runs] == [7, 8, 9] and all(r["size"] == 4096 for r in runs)
 
 
-def test_summary_names_rtl_versions(tmp_path, monkeypatch):
+def test_summary_names_rtl_versions(tmp_path):
     """Each run records the RTL it simulated (``rtl``: a hash of rtl/*.py); a campaign whose
     sources changed while it ran lists both versions and the CLI warns."""
+    import click
+    from click.testing import CliRunner
+
     from mrcnic.campaign_cli import _finish
     from mrcnic.sim.campaign import COLUMNS, rtl_version, summarize
 
@@ -241,8 +244,8 @@ def test_summary_names_rtl_versions(tmp_path, monkeypatch):
     s = summarize(rows, 3.0)
     assert s["rtl_versions"] == sorted([now, "0123456789ab"])
     assert summarize(rows[:2], 2.0)["rtl_versions"] == [now]
-    import click.testing
-    runner = click.testing.CliRunner()
-    import click
-    res = runner.invoke(click.command()(lambda: _finish(s, tmp_path)), [])
+    res = CliRunner().invoke(click.command()(lambda: _finish(s, tmp_path)), [])
     assert res.exit_code == 0 and "RTL sources changed" in res.output
+    res = CliRunner().invoke(click.command()(lambda: _finish(summarize(rows[:2], 2.0),
+                                                               tmp_path)), [])
+    assert res.exit_code == 0 and "RTL sources changed" not in res.output

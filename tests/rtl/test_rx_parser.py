@@ -24,6 +24,7 @@ from mrcnic import wire
 from mrcnic.rtl.layouts import EvMode, MemRegion, RxKind, RxPacket, RxQpContext
 from mrcnic.rtl.rx_parser import CNT_RD_LATENCY, DropReason, RxParser
 from mrcnic.sim.rtlsim import run_rtl, tb_param
+from mrcnic.sim.fuzz import random_tlv_area
 from mrcnic.sim.tb import StreamSink, pack, start, unpack
 
 R = DropReason
@@ -202,15 +203,7 @@ def srh_tlvs_bad(area: bytes) -> bool:
     return p != len(area)
 
 
-def with_tlvs(frame: bytes, tlvs: bytes) -> bytes:
-    """``frame`` (with an SRH) with ``tlvs`` (a multiple of 8 bytes) appended to its SRH:
-    Hdr Ext Len, the IPv6 payload length and the ICRC rewritten."""
-    assert len(tlvs) % 8 == 0 and frame[20] == 43
-    u = l4_offset(frame)
-    f = bytearray(frame[:u] + tlvs + frame[u:])
-    f[55] += len(tlvs) // 8
-    struct.pack_into("!H", f, 18, struct.unpack_from("!H", f, 18)[0] + len(tlvs))
-    return fix_icrc(bytes(f))
+with_tlvs = wire.srh_add_tlvs
 
 
 #: SRH TLV areas the parser accepts: PadN filling a word, two words, an HMAC-like TLV
@@ -593,15 +586,7 @@ def mutate(rng, frame):
     kind = rng.randrange(10)
     f = bytearray(frame)
     if kind == 9 and f[20] == 43:                  # an SRH TLV area of random TLVs
-        area = bytearray()
-        for _ in range(rng.randrange(1, 4)):
-            n = rng.choice([0, 1, 4, 6, rng.randrange(40)])
-            area += rng.choice([b"\x00", bytes([4, n]) + bytes(n), bytes([5, 38]) + bytes(38),
-                                bytes([rng.randrange(1, 256), n]) + rng.randbytes(n)])
-        if rng.random() < 0.5 and -len(area) % 8 >= 2:   # PadN to the word: often exact
-            area += bytes([4, -len(area) % 8 - 2]) + bytes(-len(area) % 8 - 2)
-        area = bytes(area[:len(area) - len(area) % 8]) or bytes([4, 6]) + bytes(6)
-        return with_tlvs(bytes(f), area), False
+        return with_tlvs(bytes(f), random_tlv_area(rng)), False
     if kind == 0:                                  # bit flips, ICRC left alone
         for _ in range(rng.randrange(1, 4)):
             f[rng.randrange(len(f))] ^= 1 << rng.randrange(8)
