@@ -47,11 +47,16 @@ Pipeline (timing: the selection loop holds no wide search and no block-RAM read)
   selected by the repeat decision.
 * **D**: the pick, registered and written back to the QP's state (E keeps a copy
   for the request B read before the write landed).
-* **output** (per client): a ``OUT_DEPTH``-entry skid FIFO of picks, then a two-stage
-  table read: S1 the block-RAM read (from the FIFO head, else D's pick), S2 the
-  decision (``valid``/``index`` registers, ``entry`` straight from the read port's
-  output register: the EBR's own, ~1 ns clock-to-out).  A full S2 holds S1 and the
-  read port; a read that clashed with a same-cycle table write is issued again.  The
+* **output** (per client): an ``OUT_DEPTH``-entry skid FIFO of picks (index and the
+  request's range mask), then a two-stage table read: S1 the block-RAM read (from the
+  FIFO head, else D's pick), S2 the decision (``valid``/``index`` registers, ``entry``
+  straight from the read port's output register: the EBR's own, ~1 ns clock-to-out).  A
+  full S2 holds S1 and the read port; a read that clashed with a same-cycle wide table
+  write is issued again.  S1 re-checks its entry every cycle (eligible and, for client 0,
+  not avoided, from a registered copy of the bitmap that already applies the write strobes
+  that make an entry ineligible): a pick whose entry
+  is no longer usable is *replaced* by the lowest usable entry of its request's range
+  (registered one cycle later, then read and checked in turn; with none, S1 waits).  The
   skid queue is a LUT RAM with a thermometer occupancy; the read issue is prepared from
   registers for both values of ``decision.ready``, which selects last.
 
@@ -71,20 +76,21 @@ requests behind it (at most ``OUT_DEPTH`` + 2 decisions of one packet each).
 
 Changes while traffic runs
 --------------------------
-The candidates of a request are taken in stage A from the eligible bitmap, so
-state changes, weight changes to or from 0 and ``avoid`` changes are obeyed by
-every decision whose ``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after
-the cycle of the ``st_en``/``w_en`` strobe (or ``avoid`` change), provided its
-client's ``ready`` stayed high and its table read did not clash with a wide write
-of the same entry (each clash adds a cycle; proved in
-tests/formal/test_spray_formal.py).  Decisions already scheduled (in B, C, D, the
-skid FIFO or the read stages) are not withdrawn: one held by ``ready`` low, or
-delayed by a clash, may rise later and still name an entry made DENIED or
-ASSUMED_BAD meanwhile.  Other weight changes apply within two decisions of a burst (the burst
-count is checked against a weight snapshot read from the table's LUT-RAM copy
-when the entry had its first decision; the first repeat uses the ``multi``
-bitmap).  A decision's ``entry`` is the record as of its block-RAM read, which is
-``READ_LATENCY`` = 2 cycles before ``valid`` rises (writes of that cycle and earlier
+An entry made ineligible (a state write other than GOOD, a wide write with weight 0 or a
+state other than GOOD, an ``avoid`` bit set for client 0) is named by no decision whose
+``valid`` rises ``DROP_CYCLES`` = 3 or more cycles after the strobe: picks already
+scheduled for it (in B, C, D, the skid FIFO or S1) are checked in S1 and replaced by the
+lowest usable entry of their request's range, at the cost of 2 cycles each (the replacement
+is outside the round: the QP's position is not moved).  A decision already raised and held
+by ``ready`` low is not withdrawn (a stream's payload holds until taken).  An entry made
+eligible (or a weight changed) is obeyed by the scheduling of every decision whose
+``valid`` rises ``SETTLE_CYCLES`` = 7 or more cycles after the strobe.  The first rule is
+proved (bounded) in tests/formal/test_spray_formal.py, both are tested in
+tests/rtl/test_spray.py.  Other weight changes apply within two
+decisions of a burst (the burst count is checked against a weight snapshot read from the
+table's LUT-RAM copy when the entry had its first decision; the first repeat uses the
+``multi`` bitmap).  A decision's ``entry`` is the record as of its block-RAM read, which
+is ``READ_LATENCY`` = 2 cycles before ``valid`` rises (writes of that cycle and earlier
 included: a read clashing with a same-cycle write is redone); a decision held by
 ``ready`` low keeps the record it was read with.
 
@@ -104,9 +110,10 @@ from amaranth.lib.wiring import In, Out
 from .layouts import MAX_PATHS, MAX_QPS, Decision, EvState, PathEntry, SprayReq
 from .path_table import PathTable
 
-__all__ = ["SprayScheduler", "SETTLE_CYCLES", "LATENCY", "OUT_DEPTH"]
+__all__ = ["SprayScheduler", "SETTLE_CYCLES", "DROP_CYCLES", "LATENCY", "OUT_DEPTH"]
 
 SETTLE_CYCLES = 7   #: cycles from a write strobe / ``avoid`` change to the first decision obeying it
+DROP_CYCLES = 3     #: an entry made ineligible is named by no decision rising this many cycles after the strobe
 LATENCY = 9         #: cycles from a ``req`` transfer to its ``decision`` valid (empty pipeline)
 OUT_DEPTH = 5       #: decision skid queue entries in use (the 3 scheduled-ahead stages + 1, + 1 for the credit's delay)
 
@@ -380,6 +387,7 @@ class SprayScheduler(wiring.Component):
         b_key = Signal(range(n_key))
         b_cand = Signal(depth)
         b_multi = Signal(depth)
+        b_rng = Signal(depth)            # the request's range mask (for an output re-pick)
         # per group g: the first candidate of the next non-empty group after g (wrapping),
         # computed in A (from its registered group "any" bits)
         b_nfg = [Signal(gbits, name=f"b_nfg{g}") for g in range(n_grp)]
@@ -412,6 +420,7 @@ class SprayScheduler(wiring.Component):
         # so the loop is a find-lowest over 16 bits, a 16-bit AND-OR and the muxes.
         c_valid = Signal()
         c_key = Signal(range(n_key))
+        c_rng = Signal(depth)
         c_g, c_oh = Signal(gbits, name="c_g"), Signal(16, name="c_oh")
         c_idx = Signal(8)
         c_x, c_v = Signal(16, name="c_x"), Signal(16, name="c_v")
@@ -459,7 +468,8 @@ class SprayScheduler(wiring.Component):
         d_g, d_oh, d_ab = Signal(gbits, name="d_g"), Signal(16, name="d_oh"), Signal(16, name="d_ab")
         d_n, d_first, d_w = Signal(8, name="d_n"), Signal(name="d_first"), Signal(8, name="d_w")
         d_index = Signal(8)
-        m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_g.eq(p_g), d_oh.eq(p_oh),
+        d_rng = Signal(depth)
+        m.d.sync += [d_valid.eq(c_valid), d_key.eq(c_key), d_rng.eq(c_rng), d_g.eq(p_g), d_oh.eq(p_oh),
                      d_ab.eq(p_ab), d_index.eq(p_idx), d_n.eq(new_n), d_first.eq(~repeat),
                      d_w.eq(table.wt_data)]
         m.d.comb += [qp_wp.en.eq(d_valid), qp_wp.addr.eq(d_key), qp_wp.data.cur.eq(d_index),
@@ -477,7 +487,8 @@ class SprayScheduler(wiring.Component):
                      e_ab.eq(d_ab), e_index.eq(d_index), e_n.eq(d_n), e_first.eq(d_first),
                      e_w.eq(d_w), e_more.eq(d_more)]
         # ---- stage D and output: per client a skid FIFO, a table read port, a decision -----
-        out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index, table)
+        out = [self._output(m, k, dec, d_valid & (self._client(d_key) == k), d_index, d_rng,
+                            table)
                for k, dec in enumerate(decs)]
 
         # ---- pipeline control: A advances only with room for everything ahead of it ------------
@@ -511,7 +522,7 @@ class SprayScheduler(wiring.Component):
         # B's data registers load every cycle (only b_valid says whether they hold a request):
         # no clock-enable fan-out from the candidate search
         m.d.sync += b_valid.eq(advance)
-        m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi)]
+        m.d.sync += [b_key.eq(a_key), b_cand.eq(a_cand), b_multi.eq(a_multi), b_rng.eq(a_rng)]
         m.d.sync += [b_nfg[g].eq(a_nf[g][0]) for g in range(n_grp)]
         m.d.sync += [b_nfoh[g].eq(a_nf[g][1]) for g in range(n_grp)]
         m.d.sync += [b_nfab[g].eq(a_nf[g][2]) for g in range(n_grp)]
@@ -573,7 +584,7 @@ class SprayScheduler(wiring.Component):
         opt_o = (o_g, o_oh, o_idx, Mux(o_ok, bc_o & o_ab, 0), Mux(o_ok, Mux(o_first, bm_o, bc_o), 0),
                  o_first, o_n, o_w, o_more, *nf_of(Mux(o_ok, o_g, n_grp - 1)))
         with m.If(b_valid):
-            m.d.sync += c_key.eq(b_key)
+            m.d.sync += [c_key.eq(b_key), c_rng.eq(b_rng)]
             # The QP position travels with the request: forwarded from a same-key pick in C
             # this cycle (b_eq_c), in D (written back at the end of this cycle) or in E (written
             # back at the end of the last cycle, after B read the QP's registers), else B's read.
@@ -587,27 +598,38 @@ class SprayScheduler(wiring.Component):
         """Client of a position key (bit 3 with two clients, else 0)."""
         return key[3] if self.clients == 2 else C(0, 1)
 
-    def _output(self, m, k, dec, d_mine, d_index, table):
+    def _output(self, m, k, dec, d_mine, d_index, d_rng, table):
         """Client ``k``'s skid queue, table read port and decision (a two-stage read pipeline).
 
         S1 is the block RAM read (issued from the queue head, else stage D's pick for ``k``),
         S2 the decision: ``valid``/``index`` registers and ``entry`` straight from the read
         port's output register.  S2 advances when it is empty or ``ready``; S1 then moves
-        into it, unless its read clashed with a same-cycle write (S1 reads again).  A full S2
-        holds S1 (and the read port's two stages).  ``ready`` reaches the flip-flops and the
-        block RAM's enables through one or two LUT levels: every decision is prepared for
-        both of its values from registers and ``ready`` selects last.  Returns ``{"pop"}``:
-        ``pop`` -- a pick left the queue or stage D for S1 this cycle.
+        into it when its entry is still usable: its read did not clash with a same-cycle wide
+        write (else S1 reads again) and the entry is still eligible (``s1_ok``: GOOD, weight
+        non-zero and, for client 0, not avoided, as of the writes of two cycles earlier;
+        re-checked every cycle S1 waits).  A pick that is no longer usable is replaced: one
+        cycle later the lowest usable entry of its request's range (``rp_idx``, registered
+        from S1's range mask and the live bitmap) is read instead, and checked in turn; with
+        none in the range S1 waits.  A full S2 holds S1 (and the read port's two stages).
+        ``ready`` reaches the flip-flops and the block RAM's enables through one or two LUT
+        levels: every decision is prepared for both of its values from registers and
+        ``ready`` selects last.  Returns ``{"pop"}``: ``pop`` -- a pick left the queue or
+        stage D for S1 this cycle.
         """
+        depth = self.depth
         qd = 1 << (OUT_DEPTH - 1).bit_length()          # queue entries (>= OUT_DEPTH)
         qbits = (qd - 1).bit_length()
-        m.submodules[f"queue{k}"] = qmem = Memory(shape=8, depth=qd, init=[])
+        pick = data.StructLayout({"index": 8, "rng": depth})
+        m.submodules[f"queue{k}"] = qmem = Memory(shape=pick, depth=qd, init=[])
         qw = qmem.write_port()
         qr = qmem.read_port(domain="comb")
         wptr, rptr = Signal(qbits, name=f"q_wptr{k}"), Signal(qbits, name=f"q_rptr{k}")
         occ = Signal(qd, name=f"q_occ{k}")        # thermometer: occ[j] = more than j picks queued
         en, addr, adv, rdata, clash = table._rd(k)
         s1_valid, s1_index = Signal(name=f"s1_valid{k}"), Signal(8, name=f"s1_index{k}")
+        s1_rng = Signal(depth, name=f"s1_rng{k}")
+        s1_ok = Signal(name=f"s1_ok{k}")           # S1's entry still usable (see above)
+        s1_rp = Signal(name=f"s1_rp{k}")           # S1 waits for its replacement pick
         dec_valid = Signal(name=f"dec_valid{k}")
         dec_index = Signal(8, name=f"dec_index{k}")
         adv2, move, retry, issue, have = (Signal(name=f"adv2_{k}"), Signal(name=f"move{k}"),
@@ -615,13 +637,56 @@ class SprayScheduler(wiring.Component):
                                           Signal(name=f"have{k}"))
         ne = occ[0]
         rdy = dec.ready
+
+        # usable entries, registered: eligible and (client 0) not avoided after the writes of
+        # the previous cycle (a strobe of that cycle that makes an entry ineligible is decoded
+        # here; one that makes it eligible is seen a cycle later, through the table's bitmap)
+        abits = (depth - 1).bit_length()
+        w_drop = (self.w_data.state != EvState.GOOD) | (self.w_data.weight == 0)
+        st_drop = self.st_state != EvState.GOOD
+        drop = Signal(depth, name=f"drop{k}")
+        for i in range(depth):
+            m.d.comb += drop[i].eq((self.w_en & w_drop & (self.w_addr == i))
+                                   | (self.st_en & st_drop & (self.st_addr == i)))
+        usable = Signal(depth, name=f"usable{k}")
+        m.d.sync += usable.eq(table.eligible & ~(self.avoid if k == 0 else 0) & ~drop)
+
+        def ok_at(index):
+            ok = usable.bit_select(index[:abits], 1)
+            return ok & (index < depth) if depth < 256 else ok
+
+        # the replacement pick: lowest usable entry of S1's range, registered every cycle
+        rp_idx, rp_any = Signal(8, name=f"rp_idx{k}"), Signal(name=f"rp_any{k}")
+        cand = Signal(depth, name=f"rp_cand{k}")
+        m.d.comb += cand.eq(s1_rng & usable)
+        g_any = [cand[16 * g:16 * g + 16].any() for g in range(depth // 16)]
+        g_idx = [_lowest_index(m, cand[16 * g:16 * g + 16], f"rp{k}_g{g}")
+                 for g in range(depth // 16)]
+        rp_next = Signal(8, name=f"rp_next{k}")
+        for g in reversed(range(depth // 16)):
+            with m.If(g_any[g]):
+                m.d.comb += rp_next.eq(Cat(g_idx[g], C(g, 4)))
+        m.d.sync += [rp_idx.eq(rp_next), rp_any.eq(Cat(*g_any).any())]
+
+        chk = Signal(name=f"s1_chk{k}")            # S1 holds a read result
+        good = Signal(name=f"s1_good{k}")          # ... that may become the decision
+        stale = Signal(name=f"s1_stale{k}")        # ... that must be replaced
+        rp_go = Signal(name=f"rp_go{k}")           # the replacement is read this cycle
+        # (s1_ok is 0 while S1 waits for a replacement: it is cleared by the stale check and
+        # set only by a read, so ``good`` needs no ``s1_rp`` term)
+        m.d.comb += [
+            chk.eq(s1_valid & ~s1_rp),
+            good.eq(s1_valid & ~clash & s1_ok),
+            stale.eq(chk & ~clash & ~s1_ok),
+            rp_go.eq(s1_valid & s1_rp & rp_any),
+        ]
         # S1 frees this cycle: always (empty, or S2 empty), or when ``ready`` (S2 full)
         free0, free1 = Signal(name=f"free0_{k}"), Signal(name=f"free1_{k}")
         m.d.comb += [
             have.eq(ne | d_mine),
-            free0.eq(have & (~s1_valid | (~clash & ~dec_valid))),
-            free1.eq(have & s1_valid & ~clash),
-            retry.eq(s1_valid & clash),                   # S1's read clashed: read it again
+            free0.eq(have & (~s1_valid | (good & ~dec_valid))),
+            free1.eq(have & good),
+            retry.eq((chk & clash) | rp_go),   # S1 reads again: a clash, or the replacement
         ]
         # Every enable and next value is prepared from registers for ready = 0 (``*_0``) and
         # ready = 1 (``*_1``); ``ready`` is the last mux (one LUT level from ``ready`` to the
@@ -631,7 +696,7 @@ class SprayScheduler(wiring.Component):
             m.d.comb += [v0.eq(f(0)), v1.eq(f(1))]
             return v0, v1
         adv2_r = both("adv2_", lambda r: ~dec_valid | r)
-        move_r = both("move", lambda r: s1_valid & ~clash & adv2_r[r])             # S1 -> S2
+        move_r = both("move", lambda r: good & adv2_r[r])                          # S1 -> S2
         issue_r = both("issue", lambda r: free0 | (free1 & r))   # a new read (queue head or D's)
         en_r = both("en", lambda r: retry | issue_r[r])
         s1n_r = both("s1n", lambda r: en_r[r] | (s1_valid & ~move_r[r]))
@@ -640,12 +705,20 @@ class SprayScheduler(wiring.Component):
         for x, (x0, x1) in ((adv2, adv2_r), (move, move_r), (issue, issue_r), (en, en_r),
                             (s1_next, s1n_r), (dec_next, dvn_r)):
             m.d.comb += x.eq(Mux(rdy, x1, x0))
+        head_idx = Mux(ne, qr.data.index, d_index)
         m.d.comb += [
-            addr.eq(Mux(retry, s1_index, Mux(ne, qr.data, d_index))),
+            addr.eq(Mux(rp_go, rp_idx, Mux(retry, s1_index, head_idx))),
             adv.eq(adv2),
             qr.addr.eq(rptr),
-            qw.en.eq(d_mine), qw.addr.eq(wptr), qw.data.eq(d_index),
+            qw.en.eq(d_mine), qw.addr.eq(wptr), qw.data.index.eq(d_index), qw.data.rng.eq(d_rng),
         ]
+        # the usability of the entry S1 holds next: of the address read (each source's check
+        # made in parallel, selected like the address), else the held entry's, re-checked
+        ok_rd = Signal(name=f"ok_rd{k}")
+        m.d.comb += ok_rd.eq(Mux(rp_go, ok_at(rp_idx), Mux(retry, ok_at(s1_index),
+                                                            Mux(ne, ok_at(qr.data.index),
+                                                                ok_at(d_index)))))
+        ok_hold = s1_ok & ok_at(s1_index)
         # every pick of D is queued; a read (the head, or D's pick when the queue is empty)
         # takes the entry at rptr
         with m.If(d_mine):
@@ -657,12 +730,17 @@ class SprayScheduler(wiring.Component):
                        (occ, lambda r: Mux(issue_r[r], Mux(d_mine, occ, down),
                                            Mux(d_mine, up, occ))),
                        (s1_index, lambda r: Mux(en_r[r], addr, s1_index)),
+                       (s1_ok, lambda r: Mux(en_r[r], ok_rd, ok_hold)),
                        (dec_index, lambda r: Mux(adv2_r[r], s1_index, dec_index))):
             n0, n1 = Signal.like(reg, name=f"{reg.name}_r0"), Signal.like(reg, name=f"{reg.name}_r1")
             m.d.comb += [n0.eq(f(0)), n1.eq(f(1))]
             m.d.sync += reg.eq(Mux(rdy, n1, n0))
+        with m.If(issue):                       # (a clock enable: off the ready-last muxes)
+            m.d.sync += s1_rng.eq(Mux(ne, qr.data.rng, d_rng))
+        # S1 waits for a replacement from a stale check until the replacement's read
+        m.d.sync += s1_rp.eq((s1_rp & ~rp_go) | stale)
         m.d.sync += [s1_valid.eq(s1_next), dec_valid.eq(dec_next)]
         m.d.comb += [dec.valid.eq(dec_valid), dec.payload.index.eq(dec_index),
                      dec.payload.entry.eq(rdata),
-                     dec.payload.entry.state.eq(EvState.GOOD)]  # selected => GOOD
+                     dec.payload.entry.state.eq(EvState.GOOD)]  # checked usable => GOOD
         return {"pop": issue}

@@ -10,37 +10,25 @@ Depth 13 and more: minutes per step (step 13 alone took 4 min on the shared mach
 
 Properties (every one against the ports only):
 
-(a) a rising decision never names an entry that is not eligible (GOOD and weight non-zero,
-    from a model of the last write to each entry on either port) in its
-    ``SETTLE_CYCLES`` window: a decision rising at clock t names an entry that was
-    eligible after the writes of some clock in [t - 7, t - 2] (writes are obeyed by every
-    decision rising 7 or more clocks after their strobe; later ones may or may not be
-    seen), and for client 0 not ``avoid``-ed at some clock in [t - 7, t - 1].  Checked for
-    a client whose ``decision.ready`` has been high at every clock so far, and while no
-    wide (``w_en``) write happened after clock 0; state-port writes (controller DENIED,
-    reliability ASSUMED_BAD / GOOD) are free at every clock.
+(a) a rising decision never names an entry that is not usable: a decision rising at clock
+    t names an entry that was eligible (GOOD and weight non-zero, from a model of the last
+    write to each entry on either port) after the writes of clock t - 3 (``DROP_CYCLES``)
+    and, for client 0, not ``avoid``-ed at clock t - 3.  For every client, any ``ready``
+    history, wide and state-port writes at every clock (picks made stale meanwhile are
+    replaced at the output, see rtl/spray.py).
 (b) work conservation at the documented latency: while some request transferred at t - 9
     or before is still undecided, a decision is offered at t (one decision per clock while
     asked).  Under: both clients' ``ready`` high so far; a watched entry ``g`` written GOOD
-    with a non-zero weight at clock 0, never written nor avoided since; every request so
-    far has ``g`` in its range; no wide write after clock 0.
+    with a non-zero weight at clock 0; no table write and no ``avoid`` change after clock 0
+    (a replaced pick costs clocks); every request so far has ``g`` in its range.
 (c) the two clients never share a decision: each client receives no decision without an
     undecided request of its own, and each of its decisions lies in the range of its own
     oldest undecided request (decisions come in request order per client).
 
-FINDINGS (not hidden; see ``test_spray_settle_clash_finding``):
-
-* Clash: a decision's table read that meets a same-cycle wide write of its entry is issued
-  again, one clock later, and so is every later decision of that client queued behind it;
-  the decision then rises 7 clocks after a write that made its entry ineligible, and
-  names it (``entry.state`` forced to GOOD): SETTLE_CYCLES = 7 does not hold once a wide
-  write clashed.  Counterexample (depth 12): entry 15 made eligible by a wide write at
-  clock 2, set DENIED on the state port at clock 3 (picked from the bitmap of clock 3);
-  its read clashed with a wide rewrite of entry 15 (still ineligible) at clock 7, was
-  issued again, and decision 15 rose at clock 10 = 3 + 7.
-* Backpressure (not asserted): picks wait in the client's skid queue while ``ready`` is
-  low ("not withdrawn") and may rise any time after a write that made their entry
-  DENIED / ASSUMED_BAD.
+Teeth: ``test_spray_output_recheck_mutant_fails`` removes the output stage's re-check (the
+RTL before it was added, where a pick kept in the skid FIFO, delayed by a read clash or by
+``ready`` low could rise naming an entry made DENIED several clocks earlier: the former
+finding of this proof); ``test_spray_mutant_fails`` ignores the eligible bitmap.
 """
 
 import pytest
@@ -59,11 +47,8 @@ QDEPTH = 16         # requests modelled per client (more than a run of DEPTH clo
 class SprayProof(Elaboratable):
     """The scheduler with every input free except the request streams' ready/valid rule."""
 
-    def __init__(self, cls=spray.SprayScheduler, *, ready_always=True, no_wide=True,
-                 check_b=True, check_c=True):
+    def __init__(self, cls=spray.SprayScheduler, *, check_b=True, check_c=True):
         self.dut = cls(depth=ENTRIES, clients=2)
-        self.ready_always = ready_always     # (a) only for clients ready since reset
-        self.no_wide = no_wide               # (a) only while no wide write since clock 1
         self.check_b, self.check_c = check_b, check_c
 
     def elaborate(self, platform):
@@ -91,35 +76,23 @@ class SprayProof(Elaboratable):
             with m.If(w_hit):
                 m.d.sync += wnz.eq(dut.w_data.weight != 0)
             m.d.comb += el[i].eq(good & wnz)
-        # el at clock u reflects the writes of clocks < u; a decision rising at t must obey the
-        # writes of clocks <= t - 7 (SETTLE_CYCLES), so its entry was eligible after the writes
-        # of some clock in [t - 7, t - 2]: el at one of t - 6 .. t - 1.  An ``avoid`` change at
-        # clock c (new value present at c) is obeyed from t = c + 7: not avoided at one of
-        # t - 7 .. t - 1 (client 0).
-        hist_el, hist_av = [], []
-        prev_el, prev_av = el, ~dut.avoid
-        for d in range(1, 8):
-            prev_el = past(m, prev_el, name=f"el_d{d}")
-            prev_av = past(m, prev_av, name=f"nav_d{d}")
-            if d <= 6:
-                hist_el.append(prev_el)
-            hist_av.append(prev_av)
+        # el at clock u reflects the writes of clocks < u.  A decision rising at t was checked
+        # in S1 at t - 1 against the scheduler's registered copy of the bitmap (the writes of
+        # t - 3, re-checked every clock S1 waits): its entry was eligible after the writes of
+        # clock t - 3 (el at t - 2) and, for client 0, not avoided at clock t - 3.
+        el_d2 = past(m, past(m, el, name="el_d1"), name="el_d2")
+        nav_d3 = ~dut.avoid
+        for d in range(1, 4):
+            nav_d3 = past(m, nav_d3, name=f"nav_d{d}")
         win, win_av = Signal(ENTRIES), Signal(ENTRIES)
-        any_el, any_av = 0, 0
-        for h in hist_el:
-            any_el = any_el | h
-        for h in hist_av:
-            any_av = any_av | h
-        m.d.comb += [win.eq(any_el), win_av.eq(any_av)]
+        m.d.comb += [win.eq(el_d2), win_av.eq(nav_d3)]
         first = Signal(init=1)
         m.d.sync += first.eq(0)
-        # no wide write after clock 0: a decision's table read that meets a same-cycle wide
-        # write of its entry is issued again (module notes), one clock later, and so is every
-        # later decision of the client queued behind it, beyond SETTLE_CYCLES (FINDING,
-        # ``test_spray_settle_clash``).  Clock 0's writes (no read yet) are free.
-        no_w = Signal(init=1)
-        with m.If(~first & dut.w_en):
-            m.d.sync += no_w.eq(0)
+        # (b)'s condition: no table write and no ``avoid`` change after clock 0 (a pick made
+        # unusable meanwhile is replaced at the output, which takes a few clocks more)
+        still = Signal(init=1)
+        with m.If(~first & (dut.w_en | dut.st_en | (dut.avoid != past(m, dut.avoid, name="av_d1")))):
+            m.d.sync += still.eq(0)
 
         # The watched entry g of (b): written GOOD, weight non-zero at clock 0, never again.
         g, s_g = const(4, name="g")
@@ -186,8 +159,7 @@ class SprayProof(Elaboratable):
             ok = (idx < ENTRIES) & win.bit_select(idx[:4], 1)
             if k == 0:
                 ok = ok & win_av.bit_select(idx[:4], 1)
-            cond = rise & (rdy_all[k] if self.ready_always else 1) & (no_w if self.no_wide else 1)
-            with m.If(cond):
+            with m.If(rise):
                 m.d.comb += Assert(ok)
 
         if self.check_b:
@@ -200,7 +172,7 @@ class SprayProof(Elaboratable):
                     prev = past(m, prev, name=f"acc{k}_d{d + 1}")
                 # requests transferred at t - 9 or before > decisions transferred before t
                 late.append(prev > dec_cnt[k])
-            with m.If(g_ok & no_w & all_g & rdy_all[0] & rdy_all[1] & (late[0] | late[1])):
+            with m.If(g_ok & still & all_g & rdy_all[0] & rdy_all[1] & (late[0] | late[1])):
                 m.d.comb += Assert(decs[0].valid | decs[1].valid)
         return m
 
@@ -212,12 +184,13 @@ def test_spray_bounded_12():
 
 
 @pytest.mark.formal
-def test_spray_settle_clash_finding():
-    """FINDING (rtl/spray.py, not a teeth test): without the "no wide write" condition, (a)
-    fails: a clashed read delays a decision beyond SETTLE_CYCLES.  Passes while the finding
-    stands; when the RTL is fixed it fails, and (a)'s condition should be dropped."""
-    require_failed(run_formal(SprayProof(no_wide=False, check_b=False, check_c=False),
-                              "spray_clash", mode="bmc", depth=DEPTH))
+def test_spray_output_recheck_mutant_fails():
+    """Teeth: the output stage's re-check removed (a pick is used whatever happened to its
+    entry since stage A: the RTL before the fix, where a decision could name an entry made
+    DENIED several clocks earlier)."""
+    mod = mutant(spray, "good.eq(s1_valid & ~clash & s1_ok),", "good.eq(chk & ~clash),")
+    require_failed(run_formal(SprayProof(mod.SprayScheduler, check_b=False, check_c=False),
+                              "spray_recheck_mutant", mode="bmc", depth=DEPTH))
 
 
 @pytest.mark.formal

@@ -7,7 +7,9 @@ is checked against a cycle-free Python model of its discipline (per-QP position,
 properties the design promises: per complete round every GOOD entry gets
 exactly ``weight`` decisions, ASSUMED_BAD / DENIED / weight-0 / avoided
 entries none, one decision per clock, changes obeyed ``SETTLE_CYCLES`` after
-the write strobe, no decision and ``no_path`` raised when nothing is eligible.
+the write strobe (an entry made ineligible: no decision rising ``DROP_CYCLES``
+after it, a pick already scheduled for it is replaced), no decision and
+``no_path`` raised when nothing is eligible.
 """
 
 import random
@@ -19,7 +21,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from mrcnic.rtl.layouts import Decision, EvState, PathEntry, SprayReq
 from mrcnic.rtl.path_table import READ_LATENCY
-from mrcnic.rtl.spray import LATENCY, SETTLE_CYCLES, SprayScheduler
+from mrcnic.rtl.spray import DROP_CYCLES, LATENCY, SETTLE_CYCLES, SprayScheduler
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import start
 
@@ -298,7 +300,7 @@ async def run_live_changes(dut):
     check_rounds([d["index"] for d in before], old_w, first_complete=0)
     assert all(dd["index"] not in (c, x) for dd in before)
     # settled: b (ASSUMED_BAD, from the cycle after its strobe) and d (weight 0) never chosen
-    assert all(dd["index"] != b for dd in decs if dd["cycle"] >= t0 + SETTLE_CYCLES)
+    assert all(dd["index"] != b for dd in decs if dd["cycle"] >= t0 + DROP_CYCLES)
     assert all(dd["index"] != d for dd in after)
     assert all(dd["index"] != x for dd in decs)
     new_weights = good_weights(tb, 0, 128)
@@ -424,9 +426,9 @@ async def run_no_path(dut):
     t_bad = tb.cycle + 10
     decs, no_path = await tb.run(60, repeat_req(4, 200, 8),
                                  events={t_bad: [tb.state_event(205, BAD)]})
-    # requests already scheduled (stages B, C) still complete: the last decision
-    # is the one of the last request scheduled before the change was seen
-    assert decs and decs[-1]["cycle"] == t_bad + SETTLE_CYCLES - 1
+    # picks already scheduled for 205 are not used once it is ASSUMED_BAD (DROP_CYCLES after
+    # the strobe): they wait at the output for a replacement, and there is none
+    assert decs and decs[-1]["cycle"] == t_bad + DROP_CYCLES - 1
     assert no_path == list(range(t_bad + lag, tb.cycle))
 
 
@@ -466,6 +468,79 @@ async def run_write_clash(dut):
         assert d["ev"] == ev, (d, read, hist[d["index"]][-3:])
         fresh += when == read - 1               # written in the cycle before the read
     assert fresh > 20                           # writes land right up to the read
+
+
+@cocotb.test()
+async def run_stale_repick(dut):
+    """Entries made DENIED / ASSUMED_BAD / weight 0 / avoided while their picks are in flight,
+    under random backpressure: every decision that rises names an entry of its request's range
+    that was eligible after the writes of ``DROP_CYCLES`` clocks before and not avoided then;
+    stale picks are replaced (nothing lost: one decision per request)."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = random.Random(11)
+    n = 24
+    await tb.fill({i: {"weight": rng.randint(1, 3)} for i in range(n)})
+    states = {i: GOOD for i in range(n)}
+    weights = {i: tb.table[i]["weight"] for i in range(n)}
+    avoid = 0
+    hist = {}                            # clock -> (eligible set after its writes, avoid during it)
+    dut.avoid.value = 0
+    requests, taken, decs, rises = 0, 0, [], []
+    prev_hold = False
+    cycles = 4000
+    for c in range(cycles + 300):
+        dut.st_en.value = 0
+        dut.w_en.value = 0
+        live = c < cycles
+        if live and rng.random() < 0.3:
+            i = rng.randrange(n)
+            if rng.random() < 0.6:       # state port: any state
+                st = rng.choice([GOOD, GOOD, BAD, DENIED])
+                tb.state_event(i, st)()
+                states[i] = st
+            else:                        # wide write: weight (0 = ineligible) and state
+                w, st = rng.choice([0, 1, 2, 3]), rng.choice([GOOD, GOOD, DENIED])
+                e = dict(tb.table[i], weight=w, state=st)
+                tb.table[i] = e
+                dut.w_data.value = PathEntry.const(dict(e, state=EvState(st))).as_value().value
+                dut.w_addr.value, dut.w_en.value = i, 1
+                states[i], weights[i] = st, w
+        if live and rng.random() < 0.05:
+            avoid ^= 1 << rng.randrange(n)
+        if not live:                     # drain: every entry made eligible, nothing avoided
+            avoid = 0
+            if c - cycles < n:
+                i = c - cycles
+                e = dict(tb.table[i], weight=1, state=GOOD)
+                tb.table[i] = e
+                dut.w_data.value = PathEntry.const(dict(e, state=EvState(GOOD))).as_value().value
+                dut.w_addr.value, dut.w_en.value = i, 1
+                states[i], weights[i] = GOOD, 1
+        dut.avoid.value = avoid
+        hist[c] = ({i for i in range(n) if states[i] == GOOD and weights[i] > 0}, avoid)
+        offer = live and requests < 3000
+        dut.req__valid.value = int(offer)
+        dut.req__payload.value = req_bits(2, 0, n)
+        rdy = rng.random() < 0.7 or not live
+        dut.decision__ready.value = int(rdy)
+        await ReadOnly()
+        valid = dut.decision__valid.value == 1
+        if valid and not prev_hold:
+            rises.append((c, int(dut.decision__payload.value) & 0xFF))
+        if valid and rdy:
+            decs.append(c)
+        prev_hold = valid and not rdy
+        if offer and dut.req__ready.value == 1:
+            requests += 1
+        await FallingEdge(dut.clk)
+    dut.req__valid.value = 0
+    assert requests > 1500 and len(decs) == requests, (requests, len(decs))
+    bad = [(t, i) for t, i in rises
+           if t - DROP_CYCLES in hist and (i not in hist[t - DROP_CYCLES][0]
+                                           or (hist[t - DROP_CYCLES][1] >> i) & 1)]
+    assert not bad, bad[:5]
+    assert all(i < n for _, i in rises)
 
 
 @pytest.mark.parametrize("depth", [256])
