@@ -286,11 +286,14 @@ class RetxReq(data.Struct):
     """Sender reliability -> segmenter: send PSN ``psn`` of QP ``qp`` again.
 
     ``avoid_index`` is the path-table entry the lost copy used; the new copy
-    must go out on another entry.
+    must go out on another entry.  ``trim``: the copy was trimmed (a trim NACK,
+    not an ACK timeout): its bytes left the QP's bytes in flight, so the
+    segmenter sends the new copy within the congestion window (``tx_ok``).
     """
     qp: 3
     psn: 24
     avoid_index: 8
+    trim: 1
 
 
 class EvEventReason(enum.Enum, shape=3):

@@ -87,13 +87,15 @@ RelQpParams = type("RelQpParams", (data.Struct,), {
 # One outstanding PSN, in 9-bit lanes (block-RAM byte enables) grouped by who writes them, so
 # that a SentInfo (new or retransmitted) never needs the slot's old contents:
 # lanes 0-4 {index, ev}: SentInfo; lanes 5-8 {send_ns}: SentInfo, timeout;
-# lane 9 {retries, texp}: new SentInfo, timeout; lanes 10-11 {length, msg_last, acked}: new
-# SentInfo, SACK.  ``texp`` is the PSN's current ACK-timeout exponent (capped).
+# lane 9 {retries, texp}: new SentInfo, timeout; lanes 10-11 {length, msg_last, acked,
+# trimmed}: new SentInfo, SACK, trim NACK, a retransmission of a trimmed PSN.  ``texp`` is the
+# PSN's current ACK-timeout exponent (capped); ``trimmed``: its last copy was trimmed and its
+# bytes are not in ``inflight`` until a new copy is sent.
 _Slot = data.StructLayout({
     "index": 8, "ev": 32, "pad_a": 5,
     "send_ns": 32, "pad_t": 4,
     "retries": 4, "texp": 5,
-    "length": 13, "msg_last": 1, "acked": 1, "pad_l": 3,
+    "length": 13, "msg_last": 1, "acked": 1, "trimmed": 1, "pad_l": 2,
 })
 _LANE = 9
 _LANES_ID, _LANES_TS, _LANES_RT, _LANES_LA = 0b11111, 0b1111 << 5, 1 << 9, 0b11 << 10
@@ -162,7 +164,9 @@ class SenderReliability(wiring.Component):
     ``sent_dropped``; a retransmission (``retx`` = 1) of an outstanding PSN
     updates its entry, EV and send time; other retransmissions are ignored.
     ``inflight`` (bytes) grows by the length of each new PSN and shrinks when
-    a PSN is first acknowledged.
+    a PSN is first acknowledged; a trim NACK takes a PSN's bytes out until
+    its next copy is sent (a trimmed copy is no longer in the network, and its
+    retransmission is sent within the window: ``RetxReq.trim``).
 
     **One engine.**  A read-modify-write pipeline owns the slot memory (S0
     registered operation = read address, S1 per-QP PSN state
@@ -209,8 +213,9 @@ class SenderReliability(wiring.Component):
       its index is offered on ``recycle`` (hint; dropped when its 4-deep FIFO
       is full);
     * TRIM_NACK: ``trim_nacks`` += 1; if ``base_psn`` is outstanding and not
-      acknowledged, ``RetxReq{psn=base_psn, avoid_index=its entry}``; the
-      entry's state is not touched;
+      acknowledged, ``RetxReq{psn=base_psn, avoid_index=its entry, trim=1}``
+      (its bytes leave ``inflight`` once per trimmed copy); the entry's state
+      is not touched;
     * NSCC gets {acked bytes, RTT = now - send time of the newest newly
       acknowledged PSN, ecn, trim} when bytes were acknowledged or for a trim;
     * PROBE_REPLY: ``probe_replies`` += 1, then the QP's profile is searched
@@ -219,7 +224,8 @@ class SenderReliability(wiring.Component):
       (``st_en`` pulse) with an EvEvent PROBE_OK, ``rtt_ns = now_ns - ts``.
 
     **ACK timeout.**  The scan visits one outstanding PSN per cycle when no
-    ACK is being processed.  A PSN not acknowledged for ``1024 << e`` ns,
+    ACK is being processed.  A PSN not acknowledged (and not trimmed: a trimmed
+    PSN waits for its retransmission, which restarts its timer) for ``1024 << e`` ns,
     ``e = t + max(0, retries - retry_count + 1)`` capped at
     :data:`MAX_TIMEOUT_EXP` (``retries`` = its retransmissions so far, up to
     15), times out: its send time restarts, its retry count grows,
@@ -293,7 +299,8 @@ class SenderReliability(wiring.Component):
         its PSN state is kept (unlike ``cfg_w_*``).  ``cfg_w_en`` wins in the
         same cycle.
     retx : Out(stream.Signature(RetxReq))
-        PSNs to send again (8-deep FIFO; a RetxReq waits while fewer than 3 entries are free).
+        PSNs to send again (a FIFO of ``window`` entries, in block RAM; a RetxReq waits while
+        fewer than 3 entries are free).
     st_en, st_addr, st_state : Out(1), Out(8), Out(EvState)
         Path-table state update pulse (registered).
     event : Out(stream.Signature(EvEvent))
@@ -493,12 +500,18 @@ class SenderReliability(wiring.Component):
 
         # ---- output FIFOs ---------------------------------------------------
         def out_fifo(name, port, layout_bits, depth):
-            f = fifo.SyncFIFO(width=layout_bits, depth=depth)
+            # (deep FIFOs in block RAM: a registered read)
+            f = (fifo.SyncFIFOBuffered if depth > 16 else fifo.SyncFIFO)(width=layout_bits,
+                                                                         depth=depth)
             m.submodules[name] = f
             m.d.comb += [port.payload.eq(f.r_data), port.valid.eq(f.r_rdy), f.r_en.eq(port.ready)]
             return f
 
-        retx_f = out_fifo("retx_fifo", self.retx, RetxReq.as_shape().size, _RETX_DEPTH)
+        # one entry per PSN of the window: a trimmed copy's retransmission may wait for the
+        # congestion window in the segmenter, and the ACK job waits for room here only when
+        # the whole window was trimmed (it must not stall the ACKs that open the window)
+        retx_depth = max(_RETX_DEPTH, window)
+        retx_f = out_fifo("retx_fifo", self.retx, RetxReq.as_shape().size, retx_depth)
         rc_f = out_fifo("recycle_fifo", self.recycle, 8, _RECYCLE_DEPTH)
         # completions: only {qp, psn} are stored (has_imm = imm = 0)
         m.submodules.cpl_fifo = cpl_f = fifo.SyncFIFO(width=27, depth=_CPL_DEPTH)
@@ -527,7 +540,7 @@ class SenderReliability(wiring.Component):
         retx_data = Signal(RetxReq)
         retx_push = Signal()
         retx_room = Signal()              # registered: room for a push in this cycle or the next
-        m.d.sync += retx_room.eq(_lt_c(retx_f.level, _RETX_DEPTH - 2))
+        m.d.sync += retx_room.eq(_lt_c(retx_f.level, retx_depth - 2))
         m.d.sync += [retx_f.w_data.eq(retx_data), retx_f.w_en.eq(retx_push)]
         inc(self.retransmissions, retx_f.w_en)
 
@@ -953,13 +966,24 @@ class SenderReliability(wiring.Component):
                      wd.retries.eq(0), wd.texp.eq(s2_e0),
                      wd.length.eq(Mux(is_sent2, s2_sent.length, rd.length)),
                      wd.msg_last.eq(Mux(is_sent2, s2_sent.msg_last, rd.msg_last)),
-                     wd.acked.eq(s2_op == _OP_SACK)]
+                     wd.acked.eq(s2_op == _OP_SACK), wd.trimmed.eq(s2_op == _OP_TRIM)]
+        # trimmed bytes: a trim NACK of an outstanding, unacknowledged PSN takes its bytes out
+        # of ``inflight`` (once: the slot's ``trimmed`` flag); the next copy sent puts them back
+        # and clears the flag; an acknowledgement of a trimmed PSN frees nothing more.  (A
+        # retransmission's SentInfo never waits, so its slot read may miss a SACK or trim of
+        # the same PSN written in the same few cycles; either order keeps every -length
+        # matched by a +length, the flag may then mark an acknowledged PSN unacknowledged
+        # again until the cumulative ACK passes it.)
+        trim_sub = Signal()
+        retx_add = Signal()
+        m.d.comb += [trim_sub.eq((s2_op == _OP_TRIM) & nacked & ~rd.trimmed),
+                     retx_add.eq(is_sent2 & s2_sent.retx & nacked & rd.trimmed)]
         wen = Signal(12)
         with m.If(is_sent2 & s2_new_ok):
             m.d.comb += wen.eq(_LANES_ALL)
         with m.Elif(is_sent2 & s2_sent.retx & in_range):
-            m.d.comb += wen.eq(_LANES_ID | _LANES_TS)
-        with m.Elif((s2_op == _OP_SACK) & nacked):
+            m.d.comb += wen.eq(_LANES_ID | _LANES_TS | Mux(retx_add, _LANES_LA, 0))
+        with m.Elif(((s2_op == _OP_SACK) & nacked) | trim_sub):
             m.d.comb += wen.eq(_LANES_LA)
         age = Signal(32)
         m.d.comb += age.eq(now - rd.send_ns)
@@ -969,11 +993,15 @@ class SenderReliability(wiring.Component):
         e_up = Signal()
         m.d.comb += e_up.eq((r2 != 15) & (s2_rc0 | _ge_v(r2, s2_rcm1))
                             & _lt_c(rd.texp, MAX_TIMEOUT_EXP))
-        m.d.sync += [s3_wd.eq(wd), s3_wen.eq(wen), s3_scan.eq((s2_op == _OP_SCAN) & nacked),
+        # (a trimmed PSN does not time out: its copy is known lost, its retransmission waits
+        # for the window; the new copy's send restarts its timer)
+        m.d.sync += [s3_wd.eq(wd), s3_wen.eq(wen),
+                     s3_scan.eq((s2_op == _OP_SCAN) & nacked & ~rd.trimmed),
                      s3_age.eq(age[10:]),
                      s3_le.eq(Cat(_le_c(rd.texp, k) for k in range(MAX_TIMEOUT_EXP))),
                      s3_retries.eq(r2), s3_texp.eq(rd.texp), s3_eup.eq(e_up),
-                     s3_infl_en.eq((is_sent2 & s2_new_ok) | newly_c),
+                     s3_infl_en.eq((is_sent2 & s2_new_ok) | (newly_c & ~rd.trimmed) | trim_sub
+                                   | retx_add),
                      s3_delta.eq(Mux(is_sent2, s2_sent.length, -rd.length)),
                      s3_newly.eq(newly_c), s3_len.eq(rd.length), s3_send.eq(rd.send_ns),
                      s3_index.eq(rd.index),
@@ -1174,7 +1202,7 @@ class SenderReliability(wiring.Component):
         # fin_room = retx_room | ~trim_v, registered from retx_room's own input (trim_v is
         # stable from WAIT on)
         fin_room = Signal()
-        m.d.sync += fin_room.eq(_lt_c(retx_f.level, _RETX_DEPTH - 2) | ~trim_v)
+        m.d.sync += fin_room.eq(_lt_c(retx_f.level, retx_depth - 2) | ~trim_v)
         m.d.comb += fin_go.eq(st_fin & ~to_pending & (upd.ready | ~need_upd) & fin_room)
         m.d.comb += upd.valid.eq(fin_go & need_upd)
         # the finish cycle only hands the update to NSCC; its other actions happen one cycle
@@ -1200,7 +1228,7 @@ class SenderReliability(wiring.Component):
                      clean_hit.eq(~f_ecn & ~f_trim & ~f_probe & hit_v)]
         with m.If(fin_r):
             with m.If(trim_v):
-                m.d.comb += [retx_push.eq(1), retx_data.qp.eq(job_qp),
+                m.d.comb += [retx_push.eq(1), retx_data.qp.eq(job_qp), retx_data.trim.eq(1),
                              retx_data.psn.eq(job.ack.base_psn), retx_data.avoid_index.eq(trim_idx)]
             inc(self.trim_nacks, f_trim)
             inc(self.probe_replies, f_probe)

@@ -34,9 +34,11 @@ from .layouts import (
     WrOpcode,
 )
 
-__all__ = ["Segmenter"]
+__all__ = ["Segmenter", "RETX_WINDOW_WAIT"]
 
 _MAX_BURST = 256          # AXI4 INCR burst limit, beats
+#: most cycles a retransmission of a trimmed PSN waits for its QP's window (``tx_ok``)
+RETX_WINDOW_WAIT = 2048
 _MAX_WR_LENGTH = 1 << 31  # largest work request, bytes
 
 
@@ -185,7 +187,10 @@ class Segmenter(wiring.Component):
     retx : In(stream.Signature(RetxReq))
         Send PSN ``psn`` of QP ``qp`` again, not on entry ``avoid_index``.
         Taken (``ready``, a flip-flop) into a one-entry register when that is
-        empty; the retransmission engine takes it from there when idle.  The PSN is
+        empty; the retransmission engine takes it from there when idle -- a
+        request with ``trim`` set (its copy was trimmed: its bytes left the
+        window) only while its QP's ``tx_ok`` was set in the previous cycle, or
+        after :data:`RETX_WINDOW_WAIT` cycles of waiting for it.  The PSN is
         looked up in the QP's message table (one slot per cycle); a PSN of no
         message in the table (released, never sent, not yet cut) or a QP
         ``>= qps`` is dropped and counted in ``retx_unknown``.  Otherwise the
@@ -214,7 +219,8 @@ class Segmenter(wiring.Component):
     tx_ok : In(qps)
         Per QP window (from sender reliability): a new packet of the QP is cut
         only while its bit was 1 in the previous cycle (registered);
-        retransmissions ignore it.  While the message
+        retransmissions after an ACK timeout ignore it, those of trimmed copies
+        wait for it (see ``retx``).  While the message
         being cut waits for it, no other message is cut (head of line).  Tie
         to all ones for the unchanged behaviour.
     sent : Out(stream.Signature(SentInfo))
@@ -688,10 +694,22 @@ class Segmenter(wiring.Component):
         with m.If(self.retx.valid & ~r_full):
             m.d.sync += [r_full.eq(1), r_req.eq(self.retx.payload)]
 
+        # a trimmed PSN's copy waits for its QP's window (``tx_ok``, registered), at most
+        # RETX_WINDOW_WAIT cycles (so a window that never opens cannot hold the engine)
+        tx_ok_r = Signal(qps)
+        r_wait = Signal(range(RETX_WINDOW_WAIT + 1))
+        r_go = Signal()
+        m.d.sync += tx_ok_r.eq(self.tx_ok)
+        m.d.comb += r_go.eq(~r_req.trim | (r_req.qp >= qps) | (r_wait == RETX_WINDOW_WAIT)
+                            | tx_ok_r.bit_select(r_req.qp[:max(1, (qps - 1).bit_length())], 1))
+        with m.If(~r_full):
+            m.d.sync += r_wait.eq(0)
+        with m.Elif(~r_go):
+            m.d.sync += r_wait.eq(r_wait + 1)
         m.d.comb += [rx_idle.eq(~rx_busy), rx_load.eq(in_load & room_ok)]
         with m.FSM(name="retx_fsm"):
             with m.State("IDLE"):
-                with m.If(r_full & ~rel_busy):
+                with m.If(r_full & ~rel_busy & r_go):
                     m.d.sync += [rx_q.eq(r_req.qp), rx_psn.eq(r_req.psn),
                                  rx_avoid.eq(r_req.avoid_index), rx_i.eq(0), r_full.eq(0),
                                  x_slot.eq(head[r_req.qp]), occ_q.eq(occ[r_req.qp])]

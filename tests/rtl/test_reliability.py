@@ -173,14 +173,15 @@ async def run_trim_nack(dut):
     assert int(dut.tx_ok.value) & 1
     tb.send_ack(99, ev=EV(6), flags=wire.SACK_TRIM_NACK, base=102)
     await tb.idle()
-    assert tb.items("retx") == [{"qp": 0, "psn": 102, "avoid_index": 6}]
+    assert tb.items("retx") == [{"qp": 0, "psn": 102, "avoid_index": 6, "trim": 1}]
     assert not tb.st and not tb.out["event"]
+    assert tb.word("inflight", 0) == 3000                 # the trimmed copy's bytes left
     assert tb.count("trim_nacks") == 1 and tb.count("retransmissions") == 1
     # quick adapt: nothing acknowledged yet -> min_cwnd
     assert tb.word("cwnd", 0) == 4096
     assert int(dut.tx_ok.value) & 1                      # 4000 B in flight < 4096
     tb.send(104, 0)
-    tb.send(102, 9, retx=1)                               # the retransmission: no extra bytes
+    tb.send(102, 9, retx=1)                               # the new copy: its bytes are back
     await tb.idle(8)                                      # recorded and tx_ok registered
     assert tb.word("inflight", 0) == 5000
     assert not int(dut.tx_ok.value) & 1                   # 5000 B >= cwnd
@@ -191,6 +192,43 @@ async def run_trim_nack(dut):
     tb.send_ack(104, ev=EV(0), flags=wire.SACK_TRIM_NACK, base=103)
     await tb.idle(40)                                     # (the counters lag by up to 7 cycles)
     assert len(tb.items("retx")) == 1 and tb.count("trim_nacks") == 2
+    # trimmed bytes leave once per trimmed copy; acknowledging a trimmed PSN frees nothing more
+    tb.send(105, 1)
+    tb.send(106, 2)
+    await tb.idle(8)
+    assert tb.word("inflight", 0) == 2000
+    for _ in range(2):                                    # the same trim NACK twice
+        tb.send_ack(104, ev=EV(1), flags=wire.SACK_TRIM_NACK, base=105)
+        await tb.idle()
+    assert tb.word("inflight", 0) == 1000
+    assert [r["psn"] for r in tb.items("retx")] == [102, 105, 105]
+    tb.send_ack(106, ev=EV(2))                            # 105 (trimmed) and 106 acknowledged
+    await tb.idle()
+    assert tb.word("inflight", 0) == 0
+
+
+@cocotb.test()
+async def run_trimmed_no_timeout(dut):
+    """A trimmed PSN waiting for its retransmission does not time out (its copy is known lost,
+    not late); its new copy restarts the timer, and that copy can time out."""
+    tb = TB(dut)
+    await tb.start()
+    await tb.configure(0, ack_timeout_exp=0, retry_count=1, probe_interval=100_000)
+    tb.send(100, 0)
+    tb.send(101, 1)
+    await tb.idle(2)
+    tb.send_ack(99, ev=EV(0), flags=wire.SACK_TRIM_NACK, base=100)
+    await ClockCycles(dut.clk, 600)                      # > 4 timeouts of 1.024 us (128 cycles)
+    # 101 timed out (twice: its retry backs off), 100 (trimmed) did not
+    assert [(r["psn"], r["trim"]) for r in tb.items("retx")] == [(100, 1), (101, 0), (101, 0)]
+    assert tb.count("timeouts") == 2
+    tb.send(100, 5, retx=1)                              # the trimmed PSN's new copy
+    t_sent = tb.cycle
+    while len(tb.out["retx"]) < 4 or tb.out["retx"][-1][1]["psn"] != 100:
+        await RisingEdge(dut.clk)
+    cyc, req = tb.out["retx"][-1]
+    assert (req["psn"], req["trim"], req["avoid_index"]) == (100, 0, 5)
+    assert 128 <= cyc - t_sent <= 128 + 40, cyc - t_sent
 
 
 @cocotb.test()
@@ -372,7 +410,7 @@ async def run_hazards(dut):
     tb.send(16, 8, qp=1, length=100)
     while not tb.out["retx"] and tb.cycle < t0 + 300:
         await RisingEdge(dut.clk)
-    assert tb.items("retx") == [{"qp": 1, "psn": 16, "avoid_index": 8}]
+    assert tb.items("retx") == [{"qp": 1, "psn": 16, "avoid_index": 8, "trim": 0}]
     assert tb.out["retx"][0][0] >= t0 + 128
 
 

@@ -35,7 +35,7 @@ from cocotbext.axi import AxiRamRead, AxiReadBus
 from mrcnic import wire
 from mrcnic.rtl.layouts import (Decision, EvMode, EvState, QpContext, RetxReq, SentInfo, TxPacket,
                                 WorkRequest, WrOpcode)
-from mrcnic.rtl.segmenter import Segmenter
+from mrcnic.rtl.segmenter import RETX_WINDOW_WAIT, Segmenter
 from mrcnic.sim.rtlsim import run_rtl, tb_param
 from mrcnic.sim.tb import start
 
@@ -290,8 +290,9 @@ class TB:
                       "ev": p["path"]["entry"]["ev"], "length": p["length"], "msg_last": p["last"],
                       "retx": retx}, f"SentInfo {i}: {si} for packet {p}"
 
-    def retx(self, qp, psn, avoid_index):
-        self.retx_q.append({"qp": qp, "psn": psn & 0xFFFFFF, "avoid_index": avoid_index})
+    def retx(self, qp, psn, avoid_index, trim=0):
+        self.retx_q.append({"qp": qp, "psn": psn & 0xFFFFFF, "avoid_index": avoid_index,
+                            "trim": trim})
 
     async def wait_for(self, cond, timeout=20000, what="condition"):
         for _ in range(timeout):
@@ -659,7 +660,8 @@ async def run_retx_priority(dut):
 
 @cocotb.test()
 async def run_tx_ok(dut):
-    """tx_ok = 0 holds new packets of the QP (after those already cut) but not retransmissions."""
+    """tx_ok = 0 holds new packets of the QP (after those already cut) and retransmissions of
+    trimmed copies (RETX_WINDOW_WAIT cycles at most), not those after an ACK timeout."""
     depth = tb_param("pending_depth", 16)
     tb = TB(dut, seed=13)
     await tb.init(pmtu_log2=8)
@@ -686,10 +688,29 @@ async def run_tx_ok(dut):
     for _ in range(100):
         await RisingEdge(dut.clk)
     assert len(tb.pkts) == held + 1
+    # a trimmed copy's retransmission waits for the window, RETX_WINDOW_WAIT cycles at most
+    trim3 = {"qp": 3, "psn": 3, "avoid_index": tb.pkts[3]["path"]["index"], "trim": 1}
+    t0 = tb.cycle
+    tb.retx(**trim3)
+    await tb.wait_for(lambda: len(tb.frames) == held + 2, timeout=RETX_WINDOW_WAIT + 400,
+                      what="trimmed copy's retransmission after the wait bound")
+    assert tb.pkts[-1]["psn"] == 3
+    waited = tb.cycle - t0
+    assert RETX_WINDOW_WAIT <= waited <= RETX_WINDOW_WAIT + 200, waited
+    # ... and goes as soon as the window opens
+    trim4 = {"qp": 3, "psn": 4, "avoid_index": tb.pkts[4]["path"]["index"], "trim": 1}
+    tb.retx(**trim4)
+    for _ in range(400):
+        await RisingEdge(dut.clk)
+    assert len(tb.pkts) == held + 2, "a trimmed copy's retransmission sent with tx_ok = 0"
+    t0 = tb.cycle
     tb.tx_ok = (1 << tb.qps) - 1
-    await tb.wait_packets(129)
-    tb.check_all([{**FULL, **wr}], [(req, False)])
-    assert counters(dut) == (1, 0, 0)
+    await tb.wait_for(lambda: any(p["psn"] == 4 for p in tb.pkts[held + 2:]), timeout=200,
+                      what="trimmed copy's retransmission once tx_ok is set")
+    assert tb.cycle - t0 < 100
+    await tb.wait_packets(131)
+    tb.check_all([{**FULL, **wr}], [(req, False), (trim3, False), (trim4, False)])
+    assert counters(dut) == (3, 0, 0)
 
 
 @cocotb.test()
