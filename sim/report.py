@@ -209,15 +209,60 @@ def plot_throughput(report: dict, path) -> Path:
     return path
 
 
+def step_mean(points: list, a: float, b: float) -> float | None:
+    """Time-weighted mean of a step function over ``[a, b)``.
+
+    ``points``: (t, value) pairs sorted by t, each value holding until the next point (the
+    last one until ``b``).  Returns None when the function is undefined over the whole
+    interval (no point at or before ``b``)."""
+    total = weight = 0.0
+    for i, (t, v) in enumerate(points):
+        lo = max(t, a)
+        hi = min(points[i + 1][0] if i + 1 < len(points) else b, b)
+        if hi > lo:
+            total += v * (hi - lo)
+            weight += hi - lo
+    return total / weight if weight else None
+
+
+def cwnd_means(report: dict, span_ns: float) -> dict[int, list[tuple[float, float]]]:
+    """Each sender's NSCC window averaged over a sliding ``span_ns`` (centred), sampled every
+    ``span_ns / 8``: {nic: [(t_ns, mean bytes), ...]} (the samples after the first window
+    point and before the last)."""
+    per: dict[int, list] = {}
+    for c in report.get("cwnd", []):
+        per.setdefault(c["nic"], []).append((c["t_ns"], c["cwnd"]))
+    out = {}
+    for nic, pts in per.items():
+        pts.sort()
+        t, end, step, rows = pts[0][0] + span_ns / 2, pts[-1][0] - span_ns / 2, span_ns / 8, []
+        while t <= end:
+            mean = step_mean(pts, t - span_ns / 2, t + span_ns / 2)
+            if mean is not None:
+                rows.append((t, mean))
+            t += step
+        out[nic] = rows
+    return out
+
+
 def _plot_cwnd(ax, report: dict, senders: list, t0: float):
-    """Each sender's NSCC window (KiB, QP 0) over time, with the fair share of the busiest
-    receiver's bandwidth-delay product (its rate x base RTT / senders) as a reference."""
+    """Each sender's NSCC window (KiB, QP 0) over time (thin steps) and its mean over a
+    sliding 4 base RTTs (bold), with the fair share of the busiest receiver's
+    bandwidth-delay product (its rate x base RTT / senders) as a reference."""
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
               "tab:olive", "tab:cyan", "tab:red", "tab:gray"]
+    span = 4 * report["base_rtt_ns"] if report.get("base_rtt_ns") else 50_000.0
+    means = cwnd_means(report, span)
     for i, k in enumerate(senders):
+        color = colors[i % len(colors)]
         pts = [(c["t_ns"], c["cwnd"]) for c in report["cwnd"] if c["nic"] == k]
         ax.step([(t - t0) / 1000 for t, _ in pts], [w / 1024 for _, w in pts], where="post",
-                linewidth=1.1, color=colors[i % len(colors)], label=f"nic{k} cwnd")
+                linewidth=0.7, alpha=0.45, color=color)
+        ax.plot([(t - t0) / 1000 for t, _ in means.get(k, [])],
+                [w / 1024 for _, w in means.get(k, [])], linewidth=1.8, color=color,
+                label=f"nic{k} cwnd")
+    ax.plot([], [], color="gray", linewidth=0.7, alpha=0.45, label="window (steps)")
+    ax.plot([], [], color="gray", linewidth=1.8, label=f"mean over {span / 1000:.0f} us")
     if report.get("base_rtt_ns") and report.get("sender_gbps"):
         fair = report["sender_gbps"] * report["base_rtt_ns"] / 8 / len(senders) / 1024
         ax.axhline(fair, color="black", linestyle=":", linewidth=1.2,
