@@ -19,9 +19,10 @@ Properties:
     beyond nxt.
 
 (b') every RetxReq names a PSN outstanding (in ``[una, nxt)``) in the clock it was decided
-    (two clocks before it is offered, with ``retx.ready`` high since reset): a timed-out PSN
+    (three clocks before it is offered, with ``retx.ready`` high since reset): a timed-out PSN
     cumulatively acknowledged while its timeout action waits (una passing it) is not
-    retransmitted.  This failed at clock 19 before the action re-checked una (``t_gone``);
+    retransmitted.  This failed at clock 19 (then 20, once the RetxReq FIFO became
+    window-deep) before the action re-checked una (``t_gone``);
     ``test_reliability_acked_mutant_fails`` removes the re-check and sees it fail again.
 """
 
@@ -34,7 +35,7 @@ from .formal import drive_inputs, free, mutant, past, require_failed, require_pr
     stream_rule
 
 PATHS = 4
-DEPTH = 20
+DEPTH = 21
 
 
 def popcount(v):
@@ -110,8 +111,10 @@ class ReliabilityProof(Elaboratable):
         rdy = Signal(init=1)
         m.d.sync += rdy.eq(rdy & retx.ready)
         una = dut.una[0]
-        una_d2 = past(m, past(m, una, name="una_d1"), name="una_d2")
-        nxt_d2 = past(m, past(m, nxt, name="nxt_d1"), name="nxt_d2")
+        # a RetxReq is offered 3 clocks after its decision: the push register, then the
+        # window-deep FIFO's registered block-RAM read (SyncFIFOBuffered)
+        una_d2 = past(m, past(m, past(m, una, name="una_d1"), name="una_d2"), name="una_d3")
+        nxt_d2 = past(m, past(m, past(m, nxt, name="nxt_d1"), name="nxt_d2"), name="nxt_d3")
         with m.If(retx.valid):
             p = retx.payload
             m.d.comb += Assert((p.qp == 0) & ((p.psn - start)[:24] < (nxt - start)[:24]))
@@ -121,8 +124,8 @@ class ReliabilityProof(Elaboratable):
 
 
 @pytest.mark.formal
-def test_reliability_bounded_20():
-    """Sender reliability (qps 1, window 64, paths 4): (a), (b) and (b') for 20 clocks from
+def test_reliability_bounded_21():
+    """Sender reliability (qps 1, window 64, paths 4): (a), (b) and (b') for 21 clocks from
     reset."""
     require_proved(run_formal(ReliabilityProof(check_una=True), "reliability", mode="bmc",
                               depth=DEPTH))
