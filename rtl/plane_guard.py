@@ -65,8 +65,9 @@ class PlaneGuard(wiring.Component):
     trips : Out(32)
         Times a port became suspect (wraps).
 
-    Latency: a timeout event makes its port suspect two cycles later (the event is
-    registered first); ``avoid`` follows a cycle after that.  Resources: ``3 x paths`` flip-flops for the port map, per port a 4-bit
+    Latency: a timeout event makes its port suspect three cycles later (the event is
+    registered, then its port is looked up and registered); ``avoid`` follows a cycle after
+    that.  Resources: ``3 x paths`` flip-flops for the port map, per port a 4-bit
     count, a 16-bit window timer and a 24-bit hold timer.
     """
 
@@ -101,8 +102,11 @@ class PlaneGuard(wiring.Component):
             with m.If(self.w_en & (self.w_addr == i)):
                 m.d.sync += [port_of[i].eq(self.w_data.port), used[i].eq(1)]
 
-        # the event, registered (kept off the reliability's output paths), then its port:
-        # one multiplexer over the entries (the index is < paths)
+        # three stages keep the 256-way port lookup off the counters' paths:
+        # 1. the event, registered (kept off the reliability's output paths);
+        # 2. its port, one multiplexer over the entries (the index is < paths), registered
+        #    as one-hot timeout / probe-reply vectors per port;
+        # 3. the per-port counters and timers below act on those vectors.
         ev_valid, ev = Signal(), Signal(EvEvent)
         m.d.sync += [ev_valid.eq(self.ev_valid), ev.eq(self.ev)]
         ev_port = Signal(3)
@@ -110,24 +114,31 @@ class PlaneGuard(wiring.Component):
             for i in range(paths):
                 with m.Case(i):
                     m.d.comb += ev_port.eq(port_of[i])
-        timeout = ev_valid & (ev.reason == EvEventReason.ACK_TIMEOUT)
-        probe_ok = ev_valid & (ev.reason == EvEventReason.PROBE_OK)
-
-        has = Signal(ports)          # ports with at least one entry
+        hit_at = Signal(ports)       # a timeout of an entry of port p (stage 3)
+        probe_at = Signal(ports)     # a probe reply on an entry of port p (stage 3)
         for p in range(ports):
-            m.d.comb += has[p].eq(Cat(used[i] & (port_of[i] == p) for i in range(paths)).any())
+            m.d.sync += [
+                hit_at[p].eq(ev_valid & (ev.reason == EvEventReason.ACK_TIMEOUT)
+                             & (ev_port == p)),
+                probe_at[p].eq(ev_valid & (ev.reason == EvEventReason.PROBE_OK)
+                               & (ev_port == p)),
+            ]
+
+        has = Signal(ports)          # ports with at least one entry (registered: it only
+        for p in range(ports):       # changes on a control-plane write)
+            m.d.sync += has[p].eq(Cat(used[i] & (port_of[i] == p) for i in range(paths)).any())
 
         for p in range(ports):
             count = Signal(4, name=f"count{p}")
             age = Signal(range(self.window + 1), name=f"age{p}")
             left = Signal(24, name=f"left{p}")
-            hit = timeout & (ev_port == p)
+            hit = hit_at[p]
             # another port with entries stays usable
             others_ok = Cat(has[q] & ~self.suspect[q] for q in range(ports) if q != p).any() \
                 if ports > 1 else 0
             with m.If(self.suspect[p]):
                 m.d.sync += left.eq(left - 1)
-                with m.If(probe_ok & (ev_port == p) | (left == 1)):
+                with m.If(probe_at[p] | (left == 1)):
                     m.d.sync += [self.suspect[p].eq(0), count.eq(0)]
             with m.Elif(hit):
                 m.d.sync += age.eq(0)

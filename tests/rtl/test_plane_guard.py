@@ -79,19 +79,19 @@ async def run_plane_guard(dut):
     await tb.event(14, T)
     await tb.cycles(3)
     await tb.event(2, T)
-    await tb.cycles(2)
+    await tb.cycles(3)
     assert tb.suspect() == 1 << 2
     assert tb.avoided() == on_port(2)
     assert int(dut.trips.value) == 1
     # a timeout on another port does not disturb it; a probe reply on port 2 clears it
     await tb.event(1, T)
     await tb.event(6, EvEventReason.PROBE_OK, EvState.GOOD)
-    await tb.cycles(2)
+    await tb.cycles(3)
     assert tb.suspect() == 0 and not tb.avoided()
     # hold: port 0 suspect, cleared after HOLD cycles without a probe reply
     for i in (0, 4, 8):
         await tb.event(i, T)
-    await tb.cycles(2)
+    await tb.cycles(3)
     assert tb.suspect() == 1 << 0 and tb.avoided() == on_port(0)
     await tb.cycles(HOLD - 10)
     assert tb.suspect() == 1 << 0
@@ -101,7 +101,7 @@ async def run_plane_guard(dut):
     for p in range(PORTS):
         for i in sorted(on_port(p))[:THRESHOLD]:
             await tb.event(i, T)
-        await tb.cycles(2)
+        await tb.cycles(3)
     assert tb.suspect() == 0b0111, bin(tb.suspect())
     assert tb.avoided() == on_port(0) | on_port(1) | on_port(2)
     # a controller or MIN_ACTIVE event is not a timeout
@@ -110,7 +110,7 @@ async def run_plane_guard(dut):
     for i in sorted(on_port(1))[:THRESHOLD]:
         await tb.event(i, EvEventReason.MIN_ACTIVE, EvState.GOOD)
         await tb.event(i, EvEventReason.CONTROLLER, EvState.DENIED)
-    await tb.cycles(2)
+    await tb.cycles(3)
     assert tb.suspect() == 0
 
 
