@@ -2,9 +2,14 @@
 
 Board top = :class:`mrcnic.boards.common.NicBoardTop` with:
 
-* clocking: the 25 MHz oscillator (P6) -> ``EHXPLLL`` -> 125 MHz ``sync`` = ``eth_tx``
-  (TXC leaves in phase with TXD: the B50612D adds the RGMII TX delay itself, as in the
-  community designs for this board);
+* clocking: the 25 MHz oscillator (P6) -> ``EHXPLLL`` -> 125 MHz ``eth_tx`` (TXC leaves in
+  phase with TXD: the B50612D adds the RGMII TX delay itself, as in the community designs
+  for this board) and **62.5 MHz** ``sync`` (the NIC).  Line rate: two 1 Gb/s planes are
+  2 Gb/s each way; the NIC moves one 64-bit beat per cycle, 4 Gb/s at 62.5 MHz, so it
+  carries both planes with 2x to spare (31.25 MHz would be the bare minimum), and the
+  shared receive parser sees half its beat rate.  The MACs cross between ``sync`` and
+  ``eth_tx`` through their asynchronous FIFOs; the LFE5U-25F at speed grade 6 does not
+  close 125 MHz on the NIC's deepest paths;
 * RGMII: PHY 0 (J-side ``M2``/``M1`` clocks) and PHY 1 (``M12``/``M16``), pins as in
   amaranth-boards ``Colorlight_5A75B_R70Platform``; the shared PHY reset (``P5``) is held
   ~17 ms after configuration, MDIO is left idle (the PHYs strap to 1000BASE-T RGMII);
@@ -19,7 +24,7 @@ See ``docs/boards.md`` for flashing and wiring.
 from amaranth.build import Attrs, Pins, PinsN, Resource
 
 from .common import NicBoardTop
-from .ecp5 import ecp5_nic_clocking, rgmii_resource
+from .ecp5 import CLKOS_DIV, ecp5_nic_clocking, rgmii_resource
 
 __all__ = ["ColorlightNicTop", "colorlight_platform"]
 
@@ -52,17 +57,23 @@ class ColorlightNicTop(NicBoardTop):
     board = "colorlight"
     device = DEVICE
 
-    def __init__(self, *, paths: int = 16, qps: int = 1, **options):
-        """As :class:`NicBoardTop`, sized for the LFE5U-25F by default: one QP with up to 16 EVs.
+    def __init__(self, *, paths: int = 16, qps: int = 1, clk_hz: int = 62_500_000, **options):
+        """As :class:`NicBoardTop`, sized for the LFE5U-25F by default: one QP with up to 16 EVs,
+        the NIC clock at 62.5 MHz (``clk_hz``: 62.5, 52.08 or 41.67 MHz, or 125 MHz).
 
         With the Versa's ``qps=2, paths=32`` the NIC packs to ~24 700 LUT4 (101 % of the 25F);
         ``paths=16`` or ``qps=1`` alone to 97 %, both to 93 % (91 % after later cuts): still
         above the ~85 % at which nextpnr's placer converges (see ``docs/boards.md``).
         """
-        super().__init__(paths=paths, qps=qps, **options)
+        mhz = round(clk_hz / 1e6, 2)
+        if mhz != 125 and mhz not in CLKOS_DIV:
+            raise ValueError(f"clk_hz must be 125 MHz or one of {sorted(CLKOS_DIV)} MHz, "
+                             f"not {clk_hz}")
+        super().__init__(paths=paths, qps=qps, clk_hz=clk_hz, **options)
 
     def clocking(self, m, platform):
-        return ecp5_nic_clocking(m, platform, "clk25", in_mhz=25)
+        mhz = round(self.clk_hz / 1e6, 2)
+        return ecp5_nic_clocking(m, platform, "clk25", in_mhz=25, nic_mhz=mhz)
 
     def rgmii_pins(self, platform, n):
         return platform.request("mrc_rgmii", n, dir="-")

@@ -563,7 +563,9 @@ class NicBoardTop(wiring.Component):
     baud : int
         UART bit rate (8N1) of the control port.
     clk_hz : int
-        The ``sync`` clock (Hz), for the UART divisor and ``ID_CLOCK_MHZ``.
+        The ``sync`` (NIC) clock in Hz: 125 MHz (the RGMII TX clock itself) or a slower
+        PLL output the board's :meth:`clocking` makes; sets the UART divisor,
+        ``ID_CLOCK_MHZ`` and the sender reliability's ns time base.
 
     The top has no ports (pins come from the platform).
     """
@@ -586,7 +588,7 @@ class NicBoardTop(wiring.Component):
 
     # ---- board hooks ---------------------------------------------------------------------------
     def clocking(self, m, platform):
-        """Define ``sync`` and ``eth_tx`` (125 MHz); return the PLL lock signal."""
+        """Define ``sync`` (``clk_hz``) and ``eth_tx`` (125 MHz); return the PLL lock signal."""
         raise NotImplementedError
 
     def rgmii_pins(self, platform, n):
@@ -626,7 +628,8 @@ class NicBoardTop(wiring.Component):
         whole frames and two 1 Gb/s ports use a quarter of its beat rate.
         """
         return CsrNic(ports=self.ports, qps=self.qps, paths=self.paths, window=self.window,
-                      clock_mhz=self.clk_hz // 1_000_000, regions=4, shared_parser=True)
+                      clock_mhz=self.clk_hz // 1_000_000, regions=4, shared_parser=True,
+                      clk_ns=round(1e9 / self.clk_hz))
 
     def elaborate(self, platform):
         m = Module()
@@ -639,8 +642,10 @@ class NicBoardTop(wiring.Component):
         rx_present = []
         macs = []
         for i in range(self.ports):
+            # clocking(): at 125 MHz eth_tx is the sync clock; a slower NIC clock crosses
+            # into eth_tx through the MAC's asynchronous FIFO
             mac = EthMac(tx_domain="eth_tx", rx_domain=f"eth{i}_rx",
-                         tx_same_clock=True)      # clocking(): eth_tx is the sync clock
+                         tx_same_clock=self.clk_hz == 125_000_000)
             m.submodules[f"mac{i}"] = mac
             macs.append(mac)
             if platform is not None:

@@ -89,6 +89,9 @@ class CsrNic(wiring.Component):
     plane_guard : int
         ACK timeouts that make the NIC avoid a whole plane (0 = off;
         :class:`~mrcnic.rtl.plane_guard.PlaneGuard`), as :class:`~mrcnic.rtl.nic.MRCNic`.
+    clk_ns : int
+        The core clock's period in ns (8 at 125 MHz, 16 at 62.5 MHz), for the sender
+        reliability's RTT and timeout clock, as :class:`~mrcnic.rtl.nic.MRCNic`.
 
     Attributes
     ----------
@@ -156,10 +159,10 @@ class CsrNic(wiring.Component):
 
     def __init__(self, *, ports: int = 2, qps: int = 2, paths: int = MAX_PATHS,
                  window: int = 256, clock_mhz: int = 125, regions: int = 4,
-                 shared_parser: bool = False, plane_guard: int = 3):
+                 shared_parser: bool = False, plane_guard: int = 3, clk_ns: int = 8):
         self.core = MRCNic(ports=ports, qps=qps, paths=paths, window=window,
-                           shared_parser=shared_parser,
-                           plane_guard=plane_guard)  # checks parameters
+                           shared_parser=shared_parser, plane_guard=plane_guard,
+                           clk_ns=clk_ns)  # checks parameters
         self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
         self.regmap = build_regmap(ports=ports, clock_mhz=clock_mhz, window=window,
                                    regions=regions, paths=paths, qps=qps)

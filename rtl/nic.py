@@ -87,6 +87,9 @@ class MRCNic(wiring.Component):
         :class:`~mrcnic.rtl.plane_guard.PlaneGuard` threshold: ACK timeouts of that many
         distinct entries of one plane within 4096 cycles make the data spray avoid the whole
         plane for 2**15 cycles or until a probe reply on it (0: no guard).
+    clk_ns : int
+        The core clock's period in ns, 1..1000 (8 at 125 MHz): the sender reliability's
+        time base for RTT samples and ACK timeouts (:class:`SenderReliability`).
 
     Attributes
     ----------
@@ -195,7 +198,7 @@ class MRCNic(wiring.Component):
     """
 
     def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256,
-                 shared_parser: bool = False, plane_guard: int = 3):
+                 shared_parser: bool = False, plane_guard: int = 3, clk_ns: int = 8):
         if not 1 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
         if not 1 <= qps <= MAX_QPS:
@@ -210,6 +213,9 @@ class MRCNic(wiring.Component):
         if plane_guard != 0 and not 2 <= plane_guard <= 15:
             raise ValueError(f"plane_guard must be 0 (off) or 2..15, not {plane_guard}")
         self.plane_guard = plane_guard
+        if not 1 <= clk_ns <= 1000:
+            raise ValueError(f"clk_ns must be 1..1000 ns, not {clk_ns}")
+        self.clk_ns = clk_ns
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "recv_cpl": Out(stream.Signature(Completion)),
@@ -257,7 +263,7 @@ class MRCNic(wiring.Component):
         m.submodules.tx = tx = TxPipeline(ports=n, paths=self.paths, reliability=True,
                                           qps=self.qps, ack_client=True)
         m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
-                                                   paths=self.paths)
+                                                   paths=self.paths, clk_ns=self.clk_ns)
         # The probe path's copy of the path records: written like the other copies, read
         # once per probe.  A probe read never shares a cycle with a record write (it waits
         # one cycle), so the block RAM needs no read/write collision logic.
