@@ -41,7 +41,7 @@ __all__ = [
     "ETHERNET", "IPV6", "SRH_FIXED", "UDP", "BTH", "RETH", "IMMDT", "AETH", "MRCSACK",
     "MRCPROBE", "ICRC", "HEADERS", "SRH_SEGMENT_BYTES", "LRH_BYTES", "ICRC_FIRST_BYTE",
     "NH_UDP", "NH_ROUTING", "DATA_OPCODES",
-    "srh", "layout", "beat_bytes", "beats", "beat_lane", "last_keep", "udp_offset",
+    "srh", "layout", "beat_bytes", "beats", "beat_lane", "last_keep", "udp_offset", "bth_offset",
 ]
 
 NH_UDP = 17           #: IPv6 Next Header: UDP (RFC 768 / IANA protocol numbers)
@@ -446,3 +446,13 @@ def udp_offset(frame: bytes) -> int | None:
     if nh != NH_UDP or len(frame) < off:
         return None
     return off
+
+
+def bth_offset(frame: bytes) -> int | None:
+    """Byte offset of the BTH (right after the UDP header found by :func:`udp_offset`).
+
+    ``None`` when :func:`udp_offset` finds no UDP header.  The frame may end inside
+    the BTH or before it: :meth:`Field.read` then returns ``None``.
+    """
+    udp = udp_offset(frame)
+    return None if udp is None else udp + UDP.length

@@ -41,6 +41,7 @@ import random
 from dataclasses import dataclass, field
 
 from mrcnic import wire
+from mrcnic import wire_format as wf
 from mrcnic.sim.fabric import _CONTROL
 
 __all__ = ["FaultSpec", "FaultInjector", "draw", "parse_spec", "KINDS", "run_seed"]
@@ -286,15 +287,16 @@ class _Later:
         self.deliver(self.port, self.frame, self.epoch)
 
 
+_TC = wf.layout().field("ipv6", "tc")     # IPv6 traffic class: DSCP << 2 | ECN
+_OPCODE = wf.BTH["opcode"]
+
+
 def _is_data(frame: bytes) -> bool:
     """A RoCEv2 RDMA WRITE ONLY [WITH IMMEDIATE] frame (positional parse, optional SRH)."""
-    if len(frame) < 66 or frame[12:14] != b"\x86\xdd":
-        return False
-    nh, off = frame[20], 54
-    if nh == 43 and len(frame) > 56:
-        nh, off = frame[54], 54 + 8 * (frame[55] + 1)
-    return nh == 17 and len(frame) > off + 8 and frame[off + 8] in (0x0A, 0x0B)
+    bth = wf.bth_offset(frame)
+    return bth is not None and _OPCODE.read(frame, bth) in wf.DATA_OPCODES
 
 
 def _is_trimmed(frame: bytes, dscp: int) -> bool:
-    return ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2 == dscp
+    tc = _TC.read(frame)
+    return tc is not None and tc >> 2 == dscp

@@ -230,3 +230,5 @@ def test_udp_offset():
     bad = bytearray(frame)
     wf.layout("probe", 3).field("srh", "nh").field.write(bad, 6, 54)         # SRH -> TCP
     assert wf.udp_offset(bytes(bad)) is None
+    assert wf.bth_offset(frame) == wf.layout("probe", 3).offset("bth")
+    assert wf.bth_offset(bytes(bad)) is None
