@@ -67,13 +67,24 @@ class FwFailed(click.ClickException):
 
 
 def parse_target(target: str):
-    """``uart:DEVICE[:BAUD]`` -> ("uart", device, baud); ``tcp:HOST:PORT`` -> ("tcp", host, port)."""
+    """``uart:DEVICE[:BAUD]`` -> ("uart", device, baud); ``tcp:HOST:PORT`` -> ("tcp", host, port).
+
+    DEVICE may be a pyserial URL: ``uart:socket://HOST:PORT`` (a TCP serial server such as
+    ser2net) keeps PORT as part of the URL, ``uart:socket://HOST:PORT:BAUD`` sets the baud
+    rate too.  Raises ``ValueError`` naming the target when it has neither form.
+    """
     kind, _, rest = target.partition(":")
     if kind == "uart" and rest:
         dev, baud = rest, 115200
-        head, _, tail = rest.rpartition(":")
-        if head and tail.isdigit():
-            dev, baud = head, int(tail)
+        scheme, url, where = rest.partition("://")
+        if url:     # a pyserial URL keeps its own HOST:PORT; a baud rate follows as :BAUD
+            host, _, tail = where.rpartition(":")
+            if host.count(":") == 1 and tail.isdigit():
+                dev, baud = f"{scheme}://{host}", int(tail)
+        else:
+            head, _, tail = rest.rpartition(":")
+            if head and tail.isdigit():
+                dev, baud = head, int(tail)
         if baud <= 0:
             raise ValueError(f"bad baud rate in {target!r}")
         return ("uart", dev, baud)

@@ -100,6 +100,11 @@ def test_parse_target():
     assert parse_target("uart:/dev/ttyUSB0") == ("uart", "/dev/ttyUSB0", 115200)
     assert parse_target("uart:/dev/ttyUSB0:3000000") == ("uart", "/dev/ttyUSB0", 3000000)
     assert parse_target("tcp:localhost:5791") == ("tcp", "localhost", 5791)
+    # pyserial URLs keep their own port; a baud rate may follow it
+    assert parse_target("uart:socket://ser2net:7777") == ("uart", "socket://ser2net:7777", 115200)
+    assert parse_target("uart:socket://ser2net:7777:921600") == \
+        ("uart", "socket://ser2net:7777", 921600)
+    assert parse_target("uart:loop://") == ("uart", "loop://", 115200)
     for bad in ("serial:x", "tcp:host", "tcp:host:0", "uart:", "tcp::99999"):
         with pytest.raises(ValueError, match="bad target"):
             parse_target(bad)
