@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Assert, Assume, Cat, ClockDomain, Module, Signal
+from amaranth.hdl import Assert, Assume, Cat, ClockDomain, Const, Fragment, Module, Shape, Signal
 from amaranth.lib import wiring
 from amaranth.hdl._ast import AnyConst, AnySeq
+from amaranth.hdl._mem import MemoryInstance
+from amaranth.utils import ceil_log2
 
 __all__ = ["BUILD", "FormalResult", "run_formal", "past", "free", "const", "drive_inputs",
-           "stream_rule", "mutant", "require_proved", "require_failed"]
+           "stream_rule", "mutant", "require_proved", "require_failed", "Internals"]
 
 #: Root of the proofs' job directories (one sub-directory per proof name).
 BUILD = Path(__file__).resolve().parent / "build"
@@ -154,6 +156,68 @@ def mutant(module, old, new):
     mod.__file__ = module.__file__
     exec(compile(src.replace(old, new), f"<mutant of {module.__file__}>", "exec"), mod.__dict__)
     return mod
+
+
+class Internals:
+    """The elaborated block ``dut`` and its internal state, for k-induction's auxiliary
+    invariants (formal-only: the RTL is not changed).
+
+    ``Internals(dut, platform)`` elaborates ``dut`` once; the wrapper adds
+    :attr:`frag` as its submodule (instead of ``dut``: same ports, same signals) and
+    reads internal signals by name with :meth:`signal` and the rows of an internal
+    memory with :meth:`memory_rows` (extra combinational read ports, one per row).
+    """
+
+    def __init__(self, dut, platform):
+        self.frag = Fragment.get(dut, platform)
+
+    def _walk(self, frag=None, path=()):
+        frag = self.frag if frag is None else frag
+        yield path, frag
+        for sub, name, _ in frag.subfragments:
+            yield from self._walk(sub, path + (name,))
+
+    def signal(self, name, under=()):
+        """The one signal called ``name`` in the statements of the fragments under the
+        submodule path ``under`` (e.g. ``("out_fifo",)``)."""
+        found = {}
+        for path, f in self._walk():
+            if tuple(path[:len(under)]) != tuple(under):
+                continue
+            for stmts in f.statements.values():
+                for st in stmts:
+                    for s in list(st._lhs_signals()) + list(st._rhs_signals()):
+                        if s.name == name:
+                            found[id(s)] = s
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} signals called {name!r} under {under}")
+        return next(iter(found.values()))
+
+    def memory(self, under=()):
+        """The one memory (``MemoryInstance``) under the submodule path ``under``."""
+        mems = [f for path, f in self._walk() if isinstance(f, MemoryInstance)
+                and tuple(path[:len(under)]) == tuple(under)]
+        if len(mems) != 1:
+            raise LookupError(f"{len(mems)} memories under {under}")
+        return mems[0]
+
+    def memory_rows(self, under=()):
+        """Every row of that memory, as signals (one combinational read port per row)."""
+        mem = self.memory(under)
+        depth, width = mem._data.depth, Shape.cast(mem._data.shape).width
+        abits = ceil_log2(depth)
+        rows = []
+        for i in range(depth):
+            d = Signal(width, name=f"row{i}")
+            mem.read_port(domain="comb", addr=Const(i, abits), data=d, en=Const(1),
+                          transparent_for=())
+            rows.append(d)
+        return rows
+
+    def ports(self, under=()):
+        """(write addresses, read addresses) of that memory's existing ports."""
+        mem = self.memory(under)
+        return [p._addr for p in mem._write_ports], [p._addr for p in mem._read_ports]
 
 
 def _sby_text(mode, depth, engine):

@@ -1,10 +1,10 @@
 """Formal proof of the path table's eligibility (rtl/path_table.py), the spray scheduler's
 only source of candidates: an entry is eligible (may carry data) exactly when its last
 state write made it GOOD and its last wide write gave it a non-zero weight, so DENIED and
-ASSUMED_BAD entries are never eligible.  Bounded at 10 clocks from reset (every entry
-written on either port, or both, in every cycle, any number of times: each entry's flags
-depend only on its last writes, so 10 clocks cover every sequence of write kinds).  Not
-k-inductive as stated: the model's GOOD/weight pair is compared only through their AND.
+ASSUMED_BAD entries are never eligible.  Unbounded, by k-induction (k=2): the stated
+properties alone are not inductive (the model's GOOD/weight pair is compared with the
+block only through their AND), so the wrapper also asserts that the block's internal
+"GOOD" and "weight non-zero" flip-flops equal the model's, which the same induction proves.
 
 Small parameters: ``depth=16`` entries (the property is per entry; the address decode is
 the same two-level 16 x 16 one for every depth).
@@ -15,9 +15,10 @@ from amaranth.hdl import Assert, Elaboratable, Module, Signal
 
 from mrcnic.rtl import path_table
 from mrcnic.rtl.layouts import EvState
-from .formal import drive_inputs, mutant, require_failed, require_proved, run_formal
+from .formal import Internals, drive_inputs, mutant, require_failed, require_proved, run_formal
 
 DEPTH = 16
+K = 2           # induction length (it closes at 1; 2 gives the mutant's counterexample room)
 
 
 class PathTableProof(Elaboratable):
@@ -31,8 +32,12 @@ class PathTableProof(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.dut
+        dut = self.dut
+        ins = Internals(dut, platform)
+        m.submodules.dut = ins.frag
         drive_inputs(m, dut)
+        # the block's per-entry flags (``good``, ``wnz``; ``multi`` is ``wmul`` itself)
+        dut_good, dut_wnz = ins.signal("good"), ins.signal("wnz")
         for i in range(DEPTH):
             good = Signal(name=f"good{i}")           # the entry's state is GOOD
             wnz = Signal(name=f"wnz{i}")             # its weight is non-zero
@@ -47,13 +52,15 @@ class PathTableProof(Elaboratable):
                 m.d.sync += [wnz.eq(dut.w_data.weight != 0), wmul.eq(dut.w_data.weight >= 2)]
             m.d.comb += [Assert(dut.eligible[i] == (good & wnz)),
                          Assert(dut.multi[i] == wmul)]
+            # auxiliary invariants (for the induction): the block's flags are the model's
+            m.d.comb += [Assert(dut_good[i] == good), Assert(dut_wnz[i] == wnz)]
         return m
 
 
 @pytest.mark.formal
-def test_path_table_eligible_bounded_10():
-    """Eligible == GOOD and weight != 0, multi == weight >= 2, for every entry, 10 clocks."""
-    require_proved(run_formal(PathTableProof(), "path_table", mode="bmc", depth=10))
+def test_path_table_eligible_induction():
+    """Eligible == GOOD and weight != 0, multi == weight >= 2, for every entry, unbounded."""
+    require_proved(run_formal(PathTableProof(), "path_table", mode="prove", depth=K))
 
 
 @pytest.mark.formal
@@ -61,5 +68,5 @@ def test_path_table_mutant_fails():
     """Teeth: a DENIED state written on the state port left eligible."""
     mod = mutant(path_table, "st_good = self.st_state == EvState.GOOD",
                  "st_good = self.st_state != EvState.ASSUMED_BAD")
-    require_failed(run_formal(PathTableProof(mod.PathTable), "path_table_mutant", mode="bmc",
-                              depth=10))
+    require_failed(run_formal(PathTableProof(mod.PathTable), "path_table_mutant", mode="prove",
+                              depth=K))
