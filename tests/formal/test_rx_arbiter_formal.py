@@ -6,11 +6,12 @@ with payload of plane i and until its frame's ``tlast``, and no other packet is 
 meanwhile (frames never interleaved, packets and payloads in the same order); the outputs
 hold valid and their payload until ready; valid never waits on ready.
 
-Small parameters: ``ports=2`` (the datapath is only moved, never computed on).  Bounded
-at 12 clocks from reset (several packets of both planes, with and without payload frames
-of 1..several beats, with any backpressure).  k-induction (``mode="prove"``) does not
-close: the wrapper's ``pending`` flags are not tied to the block's internal payload phase
-(induction k=6 fails from an unreachable state, payload phase without its packet).
+Small parameters: ``ports=2`` (the datapath is only moved, never computed on).
+Unbounded, by k-induction (k=3).  The stated properties alone are not inductive (the
+wrapper's ``pending`` flags were not tied to the block's payload phase: induction failed
+from an unreachable state, payload phase without its packet); the wrapper also asserts
+that the block's internal ``in_payload``/``grant`` are exactly its ``pending`` flags and
+that no payload phase exists while no packet was ever taken, proved by the same induction.
 """
 
 import pytest
@@ -18,9 +19,9 @@ from amaranth.hdl import Assert, Assume, Elaboratable, Module, Signal
 
 from mrcnic.rtl import rx_arbiter
 from mrcnic.rtl.layouts import RxKind
-from .formal import drive_inputs, mutant, past, require_failed, require_proved, run_formal, stream_rule
+from .formal import Internals, drive_inputs, mutant, past, require_failed, require_proved, run_formal, stream_rule
 
-DEPTH = 12
+K = 3           # induction length (closes at 3)
 PORTS = 2
 
 
@@ -34,7 +35,9 @@ class RxArbiterProof(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.dut
+        dut = self.dut
+        ins = Internals(dut, platform)
+        m.submodules.dut = ins.frag
         drive_inputs(m, dut)
         n = self.ports
         pkts = [getattr(dut, f"pkt_p{i}") for i in range(n)]
@@ -109,13 +112,22 @@ class RxArbiterProof(Elaboratable):
             m.d.sync += never_ready.eq(0)
         offered = past(m, sum(p.valid for p in pkts) != 0)
         m.d.comb += Assert(~(offered & never_ready) | dut.pkt.valid | dut.ack.valid)
+
+        # Auxiliary invariants (for the induction): the block's payload phase is exactly the
+        # wrapper's ``pending`` of its granted plane, and it is never entered before a packet
+        # was taken.
+        grant, in_payload = ins.signal("grant"), ins.signal("in_payload")
+        for i in range(n):
+            m.d.comb += Assert(pending[i] == (in_payload & (grant == i)))
+        m.d.comb += Assert(grant < n)
+        m.d.comb += Assert(~(never_ready & in_payload))
         return m
 
 
 @pytest.mark.formal
-def test_rx_arbiter_bounded_12():
-    """RxArbiter, 2 planes: every property above for 12 clocks from reset."""
-    require_proved(run_formal(RxArbiterProof(), "rx_arbiter", mode="bmc", depth=DEPTH))
+def test_rx_arbiter_induction():
+    """RxArbiter, 2 planes: every property above, unbounded."""
+    require_proved(run_formal(RxArbiterProof(), "rx_arbiter", mode="prove", depth=K))
 
 
 @pytest.mark.formal
@@ -124,5 +136,5 @@ def test_rx_arbiter_mutant_fails():
     passed on in the middle of the frame)."""
     mod = mutant(rx_arbiter, "with m.If(out.tvalid & out.tready & out.tlast):",
                  "with m.If(out.tvalid & out.tready):")
-    require_failed(run_formal(RxArbiterProof(mod.RxArbiter), "rx_arbiter_mutant", mode="bmc",
-                              depth=DEPTH))
+    require_failed(run_formal(RxArbiterProof(mod.RxArbiter), "rx_arbiter_mutant", mode="prove",
+                              depth=K))
