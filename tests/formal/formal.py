@@ -193,6 +193,29 @@ class Internals:
             raise LookupError(f"{len(found)} signals called {name!r} under {under}")
         return next(iter(found.values()))
 
+    def drivers(self, target):
+        """The signals read by the statements that assign ``target`` (for an internal
+        register the block leaves unnamed, found by the output it drives)."""
+        found = {}
+        for _, f in self._walk():
+            for stmts in f.statements.values():
+                for st in stmts:
+                    if any(s is target for s in st._lhs_signals()):
+                        for s in st._rhs_signals():
+                            found[id(s)] = s
+        return list(found.values())
+
+    @staticmethod
+    def states(fsm_state):
+        """``{state name: encoding}`` of an ``m.FSM()``'s state signal (its decoder)."""
+        enc = {}
+        for i in range(1 << len(fsm_state)):
+            try:
+                enc[fsm_state.decoder(i).rsplit("/", 1)[0]] = i
+            except KeyError:
+                break
+        return enc
+
     def memory(self, under=()):
         """The one memory (``MemoryInstance``) under the submodule path ``under``."""
         mems = [f for path, f in self._walk() if isinstance(f, MemoryInstance)
