@@ -566,24 +566,19 @@ def _classify(f: bytes):
     A quick positional parse (wire format v1: Ethernet, IPv6, optional SRH, UDP,
     BTH, AETH + MRCSack for ACKs); the EV is rebuilt as SRV6/STEV carry it.
     """
-    if len(f) < 66 or f[12] != 0x86 or f[13] != 0xDD:
+    from mrcnic import wire_format as wf
+
+    udp = wf.udp_offset(f)
+    if udp is None or len(f) < udp + wf.UDP.length + wf.BTH.length:
         return None
-    tc = ((f[14] & 0x0F) << 4) | (f[15] >> 4)
-    flow = ((f[15] & 0x0F) << 16) | (f[16] << 8) | f[17]
-    nh, off = f[20], 54
-    if nh == 43:
-        nh, off = f[54], 54 + 8 * (f[55] + 1)
-    if nh != 17 or len(f) < off + 20:
-        return None
-    sport = (f[off] << 8) | f[off + 1]
-    b = off + 8
-    op = f[b]
-    dqpn = int.from_bytes(f[b + 5:b + 8], "big")
-    psn = int.from_bytes(f[b + 9:b + 12], "big")
+    ip, bth = wf.ETHERNET.length, udp + wf.UDP.length
+    tc, flow = wf.IPV6["tc"].read(f, ip), wf.IPV6["fl"].read(f, ip)
+    sport = wf.UDP["sport"].read(f, udp)
+    op, dqpn, psn = (wf.BTH[name].read(f, bth) for name in ("opcode", "dqpn", "psn"))
     sack_ev = flags = 0
-    if op == _OP_ACK and len(f) >= b + 21:
-        sack_ev = int.from_bytes(f[b + 16:b + 20], "big")
-        flags = f[b + 20]
+    sack = bth + wf.BTH.length + wf.AETH.length        # MRCSack after BTH / AETH
+    if op == _OP_ACK and wf.MRCSACK["flags"].read(f, sack) is not None:
+        sack_ev, flags = wf.MRCSACK["ev"].read(f, sack), wf.MRCSACK["flags"].read(f, sack)
     return op, ((sport & 0xFFF) << 20) | flow, dqpn, psn, tc & 3, tc >> 2, sack_ev, flags
 
 

@@ -158,19 +158,16 @@ def frame_fate(verdict: str, frame: bytes, deltas: dict, trim_dscp: int) -> str:
         return "out of window: discarded by the tracker"
     if deltas.get("placed_bytes"):
         return f"placed {deltas['placed_bytes']} bytes"
-    op, dscp = None, None
-    if len(frame) > 62 and frame[12:14] == b"\x86\xdd":
-        dscp = ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2
-        nh, off = frame[20], 54
-        if nh == 43 and len(frame) > 56:
-            nh, off = frame[54], 54 + 8 * (frame[55] + 1)
-        if nh == 17 and len(frame) > off + 8:
-            op = frame[off + 8]
-    if op in (0x0A, 0x0B) and dscp == trim_dscp:
+    from mrcnic import wire, wire_format as wf
+
+    tc = wf.layout().field("ipv6", "tc").read(frame)           # DSCP << 2 | ECN
+    bth = wf.bth_offset(frame)
+    op = None if bth is None else wf.BTH["opcode"].read(frame, bth)
+    if op in wf.DATA_OPCODES and tc >> 2 == trim_dscp:
         return "trimmed: NACKed, not placed"
-    if op == 0x11:
+    if op == wire.OP_ACK:
         return "ACK: consumed by the sender side"
-    if op == 0xC0:
+    if op == wire.OP_PROBE:
         return "probe: answered"
     return "accepted, nothing placed"
 
