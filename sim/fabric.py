@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from mrcnic import wire
+from mrcnic import wire_format as wf
 from mrcnic.sim.topology import ClosTopology
 
 __all__ = ["Fabric", "UsidSwitch", "Port", "PortStats", "Delivery", "wire_bytes",
@@ -76,12 +77,24 @@ __all__ = ["Fabric", "UsidSwitch", "Port", "PortStats", "Delivery", "wire_bytes"
 WIRE_OVERHEAD_BYTES = 20   #: preamble (7) + SFD (1) + inter-frame gap (12), per frame
 FCS_BYTES = 4              #: Ethernet FCS, not part of the frames handled here
 MIN_FRAME_BYTES = 64       #: minimum Ethernet frame, FCS included
-ETHERTYPE_IPV6 = 0x86DD
-_IP = 14                   # IPv6 header offset
-_DA = _IP + 24             # destination address offset
-_SRH = _IP + 40            # first extension header offset
-_ROUTING = 43
-_SRH_TYPE = 4
+ETHERTYPE_IPV6 = wf.ETHERNET["type"].value   #: 0x86DD
+# Frame byte offsets, from mrcnic.wire_format (positional reads on the forwarding path)
+_IP = wf.layout().offset("ipv6")                # IPv6 header
+_TC_END = wf.IPV6["tc"].bit + wf.IPV6["tc"].width   # bit after the traffic class (its ECN bits)
+_ECN = _IP + (_TC_END - 1) // 8                 # byte holding ECN (the traffic class's last 2 bits)
+_NH = _IP + wf.IPV6["nh"].byte                  # next header
+_HLIM = _IP + wf.IPV6["hlim"].byte              # hop limit
+_SA = _IP + wf.IPV6["src"].byte                 # source address
+_DA = _IP + wf.IPV6["dst"].byte                 # destination address
+_ADDR = wf.IPV6["dst"].width // 8               # bytes of an address
+_SRH = _IP + wf.IPV6.length                     # first extension header (or UDP)
+_SRH_FIELD = {n: _SRH + wf.SRH_FIXED[n].byte for n in ("len", "type", "segleft", "lastentry")}
+_SEGMENTS = _SRH + wf.SRH_FIXED.length          # SRH Segment List[0]
+_ROUTING = wf.NH_ROUTING
+_SRH_TYPE = wf.SRH_FIXED["type"].value
+_FLOW = wf.layout().field("ipv6", "fl")
+_TCLASS = wf.layout().field("ipv6", "tc")
+_ECN_CE_BITS = wire.ECN_CE << (-_TC_END % 8)   # CE in the byte at _ECN
 
 
 def _ecmp_hash(frame: bytes, salt: str, seed: int) -> int:
@@ -89,11 +102,11 @@ def _ecmp_hash(frame: bytes, salt: str, seed: int) -> int:
     destination address, flow label, next header and (for UDP) the source port."""
     import zlib
 
-    fl = bytes((frame[_IP + 1] & 0x0F, frame[_IP + 2], frame[_IP + 3]))
-    nh = frame[_IP + 6]
-    sport = frame[_SRH:_SRH + 2] if nh == 17 else b""
+    fl = _FLOW.read(frame).to_bytes(3, "big")
+    nh = frame[_NH]
+    sport = frame[_SRH:_SRH + wf.UDP["sport"].width // 8] if nh == wf.NH_UDP else b""
     h = zlib.crc32(f"{salt}/{seed}".encode())
-    return zlib.crc32(frame[_IP + 8:_IP + 40] + fl + bytes((nh,)) + sport, h)
+    return zlib.crc32(frame[_SA:_DA + _ADDR] + fl + bytes((nh,)) + sport, h)
 
 
 def wire_bytes(frame_len: int) -> int:
@@ -171,14 +184,10 @@ class _Link:
 
 def _is_trimmed(frame: bytes, trim_dscp: int) -> bool:
     """True for a data frame (BTH OpCode 0x0A/0x0B) whose IPv6 DSCP is ``trim_dscp``."""
-    if len(frame) < 66 or frame[12:14] != b"\x86\xdd":
+    bth = wf.bth_offset(frame)
+    if bth is None or _TCLASS.read(frame) >> 2 != trim_dscp:
         return False
-    if ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2 != trim_dscp:
-        return False
-    off = _IP + 40
-    if frame[_IP + 6] == 43 and len(frame) > off + 1:
-        off += 8 * (frame[off + 1] + 1)
-    return len(frame) > off + 8 and frame[off + 8] in (0x0A, 0x0B)
+    return wf.BTH["opcode"].read(frame, bth) in wf.DATA_OPCODES
 
 
 class Port:
@@ -247,10 +256,10 @@ class Port:
         n = len(frame)
         if self.queue_bytes is None or self.data_depth + n <= self.queue_bytes:
             if (self.ecn_threshold_bytes is not None and self.data_depth > self.ecn_threshold_bytes
-                    and len(frame) > _IP + 2 and (frame[_IP + 1] >> 4) & 3 in
+                    and len(frame) > _ECN and _TCLASS.read(frame) & 3 in
                     (wire.ECN_ECT0, wire.ECN_ECT1)):
                 b = bytearray(frame)
-                b[_IP + 1] |= 0x30
+                b[_ECN] |= _ECN_CE_BITS
                 frame = bytes(b)
                 self.stats.ecn_marked += 1
             self.data.append(frame)
@@ -359,40 +368,41 @@ class UsidSwitch:
         """
         if len(frame) < _SRH:
             return self._drop("malformed")
-        if frame[12] << 8 | frame[13] != ETHERTYPE_IPV6:
+        if wf.ETHERNET["type"].read(frame) != ETHERTYPE_IPV6:
             return self._drop("not_ipv6")
-        if frame[_IP] >> 4 != 6:
+        if wf.IPV6["version"].read(frame, _IP) != wf.IPV6["version"].value:
             return self._drop("malformed")
-        da = int.from_bytes(frame[_DA:_DA + 16], "big")
+        da = int.from_bytes(frame[_DA:_DA + _ADDR], "big")
         if da >> 96 != self.block or (da >> 80) & 0xFFFF != self.usid:
             if self.fib is not None:
                 return self._route(frame, da)
             return self._drop("no_match")
-        hlim = frame[_IP + 7]
+        hlim = frame[_HLIM]
         if hlim <= 1:
             return self._drop("hop_limit")
         out = bytearray(frame)
-        out[_IP + 7] = hlim - 1
+        out[_HLIM] = hlim - 1
         new_da, next_usid = _shift_carrier(da)
         if not next_usid:
-            if frame[_IP + 6] != _ROUTING:
+            if frame[_NH] != _ROUTING:
                 return self._drop("end_of_path")
-            if len(frame) < _SRH + 8:
+            if len(frame) < _SEGMENTS:
                 return self._drop("malformed")
-            ext_len, rtype, sl, last = frame[_SRH + 1], frame[_SRH + 2], frame[_SRH + 3], frame[_SRH + 4]
+            ext_len, rtype, sl, last = (frame[_SRH_FIELD[n]]
+                                        for n in ("len", "type", "segleft", "lastentry"))
             if rtype != _SRH_TYPE or 2 * (last + 1) > ext_len or sl > last + 1 \
-                    or len(frame) < _SRH + 8 + 8 * ext_len:
+                    or len(frame) < _SEGMENTS + 8 * ext_len:
                 return self._drop("malformed")
             if sl == 0:
                 return self._drop("end_of_path")
             sl -= 1
-            off = _SRH + 8 + 16 * sl
-            new_da = frame[off:off + 16]
+            off = _SEGMENTS + wf.SRH_SEGMENT_BYTES * sl
+            new_da = frame[off:off + _ADDR]
             block, next_usid = _carrier_head(new_da)
             if block != self.block or not next_usid:
                 return self._drop("no_route")
-            out[_SRH + 3] = sl
-        out[_DA:_DA + 16] = new_da
+            out[_SRH_FIELD["segleft"]] = sl
+        out[_DA:_DA + _ADDR] = new_da
         egress = self.table.get(next_usid)
         if egress is None:
             return self._drop("no_route")
@@ -402,14 +412,14 @@ class UsidSwitch:
     def _route(self, frame: bytes, da: int):
         """Plain IPv6 forwarding by :attr:`fib` (DA unchanged, hop limit decremented), as a
         Linux SRv6 node forwards a packet whose DA is not one of its local SIDs."""
-        hlim = frame[_IP + 7]
+        hlim = frame[_HLIM]
         if hlim <= 1:
             return self._drop("hop_limit")
         egress = self.fib(self, frame, da)
         if egress is None:
             return self._drop("no_route")
         out = bytearray(frame)
-        out[_IP + 7] = hlim - 1
+        out[_HLIM] = hlim - 1
         self.routed += 1
         self.forwarded += 1
         return egress, bytes(out)
