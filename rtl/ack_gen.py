@@ -29,6 +29,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import wire
+from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import crc32_final, crc32_update
 from .layouts import (MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
@@ -40,19 +41,35 @@ __all__ = ["AckGen", "ProbeFrameReq", "ACK_FRAME_BYTES", "PROBE_FRAME_BYTES", "A
 #: per cycle, 13 beats, request choice and handshakes)
 ACK_CYCLES = 55
 
-ACK_FRAME_BYTES = 102   #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 4 AETH + 20 MRCSack + 4 ICRC
-PROBE_FRAME_BYTES = 90  #: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 12 MRCProbe + 4 ICRC
-_BEATS = (ACK_FRAME_BYTES + 7) // 8                     # 13
-_PROBE_BEATS = (PROBE_FRAME_BYTES + 7) // 8             # 12
-# ICRC (IBTA A17.3.3) covers bytes 6..len-5.  Bytes 6..21 are constant in the ICRC
-# view: folded into the initial CRC state (per kind: the IPv6 payload length differs).
-# Bytes 22..len-5 follow, 1 per cycle, taken from the beat mux: 76 cycles for an
-# ACK (to beat 12 byte 1), 64 for a probe (to beat 10 byte 5).
-_CRC_FIRST_BEAT = 2
-_CRC_END_BEAT = 12
-_PCRC_END_BEAT = 10
-assert ACK_FRAME_BYTES - 4 == 8 * _CRC_END_BEAT + 2
-assert PROBE_FRAME_BYTES - 4 == 8 * _PCRC_END_BEAT + 6
+# Frame layouts (mrcnic.wire_format): control frames carry no SRH in wire format v1.
+_ACK = wf.layout("ack")
+_PROBE = wf.layout("probe")
+_WIDTH = 64                                     # data width, bits
+_LANES = wf.beat_bytes(_WIDTH)                  # byte lanes per beat
+#: 102: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 4 AETH + 20 MRCSack + 4 ICRC
+ACK_FRAME_BYTES = _ACK.frame_bytes()
+#: 90: 14 Ether + 40 IPv6 + 8 UDP + 12 BTH + 12 MRCProbe + 4 ICRC
+PROBE_FRAME_BYTES = _PROBE.frame_bytes()
+_BEATS = wf.beats(ACK_FRAME_BYTES, _WIDTH)              # 13
+_PROBE_BEATS = wf.beats(PROBE_FRAME_BYTES, _WIDTH)      # 12
+# ICRC (IBTA A17.3.3) covers bytes 6..len-5.  Bytes 6..21 (up to the IPv6 source
+# address) are constant in the ICRC view: folded into the initial CRC state (per kind:
+# the IPv6 payload length differs).  Bytes 22..len-5 follow, 2 per cycle, taken from
+# the beat mux: from beat 2 byte pair 3 to beat 12 pair 0 (ACK) or beat 10 pair 2 (probe).
+_CRC_START = _ACK.field("ipv6", "src").byte             # 22: the first byte through the mux
+_CRC_FIRST_BEAT, _CRC_FIRST_LANE = wf.beat_lane(_CRC_START, _WIDTH)
+_CRC_END_BEAT, _CRC_END_LANE = wf.beat_lane(_ACK.offset("icrc") - 2, _WIDTH)      # last pair
+_PCRC_END_BEAT, _PCRC_END_LANE = wf.beat_lane(_PROBE.offset("icrc") - 2, _WIDTH)
+# The ICRC pass below takes byte pairs (16-bit steps), starting at the pair that loads the
+# next beat after it (pair 3), and both kinds share the ICRC-view prefix's offsets.
+assert _CRC_FIRST_LANE == _LANES - 2 and _CRC_START == _PROBE.field("ipv6", "src").byte
+assert _CRC_END_LANE % 2 == 0 and _PCRC_END_LANE % 2 == 0
+assert _ACK.offset("udp") == _PROBE.offset("udp")
+_TAIL = (wf.AETH, wf.MRCSACK)                           # ACK headers after the BTH
+_TAIL_BYTES = sum(h.length for h in _TAIL)              # 24
+_PTAIL_BYTES = wf.MRCPROBE.length                       # 12
+assert _ACK.offset("aeth") == _PROBE.offset("probe") == _ACK.offset("bth") + wf.BTH.length
+_BLOCK_BYTES = 16 - 2 * wire.USIDS_PER_CARRIER          # uSID carrier: 32-bit block, then uSID 0
 
 
 def _or_tree(values):
@@ -68,13 +85,26 @@ def _crc_state(data: bytes) -> int:
     return int(f"{value:032b}"[::-1], 2)
 
 
-def _view_head(frame_bytes: int) -> bytes:     # ICRC view of bytes 6..21
-    return (b"\xff" * 8 + bytes([0x6F, 0xFF, 0xFF, 0xFF])
-            + (frame_bytes - 54).to_bytes(2, "big") + bytes([17, 0xFF]))
+def _l3_len(lay: wf.Layout) -> int:
+    """IPv6 Payload Length = UDP Length of a frame without SRH: the bytes from the UDP header."""
+    return lay.frame_bytes() - lay.offset("udp")
 
 
-_CRC_INIT = _crc_state(_view_head(ACK_FRAME_BYTES))
-_PCRC_INIT = _crc_state(_view_head(PROBE_FRAME_BYTES))
+def _view_head(lay: wf.Layout) -> bytes:
+    """ICRC view of frame bytes 6..21: the pseudo LRH, then the IPv6 header up to its
+    source address with the masked fields (traffic class, flow label, hop limit) as ones."""
+    ip = bytearray(wf.IPV6.length)
+    known = {"version": wf.IPV6["version"].value, "plen": _l3_len(lay), "nh": wf.NH_UDP}
+    for f in wf.IPV6.fields:
+        if f.masked:
+            f.write(ip, (1 << f.width) - 1)
+        elif f.name in known:
+            f.write(ip, known[f.name])
+    return b"\xff" * wf.LRH_BYTES + bytes(ip[:wf.IPV6["src"].byte])
+
+
+_CRC_INIT = _crc_state(_view_head(_ACK))
+_PCRC_INIT = _crc_state(_view_head(_PROBE))
 
 
 class ProbeFrameReq(data.Struct):
@@ -257,8 +287,8 @@ class AckGen(wiring.Component):
         fl = Signal(20, reset_less=True)            # flow label (EV mode applied)
         sport = Signal(16, reset_less=True)         # UDP source port (EV mode applied)
         a_psn = Signal(24, reset_less=True)         # BTH.PSN of an ACK: cum_psn (probe: 0)
-        a_tail = Signal(8 * 24, reset_less=True)    # ACK bytes 74..97: AETH + MRCSack
-        p_tail = Signal(8 * 12, reset_less=True)    # probe bytes 74..85: MRCProbe
+        a_tail = Signal(8 * _TAIL_BYTES, reset_less=True)   # ACK bytes 74..97: AETH + MRCSack
+        p_tail = Signal(8 * _PTAIL_BYTES, reset_less=True)  # probe bytes 74..85: MRCProbe
         is_probe = Signal()               # kind of the frame being built
         last_ack = Signal()               # the last request taken was an ACK
         busy = Signal()                   # a frame is being built (ICRC pass, then beats)
@@ -268,7 +298,7 @@ class AckGen(wiring.Component):
         pair = Signal(2, reset_less=True)   # ICRC pass: byte pair of ``word`` taken this cycle
         pair3 = Signal(reset_less=True)     # ... pair == 3: ``word`` loads the next beat
         crc = Signal(32, reset_less=True)
-        word = Signal(64, reset_less=True)  # the beat register: ICRC pass input, then tdata
+        word = Signal(_WIDTH, reset_less=True)  # the beat register: ICRC pass input, then tdata
         out_valid = Signal()              # ``word`` holds a beat to send
         out_last = Signal()               # ... the frame's last
         g = self.globals
@@ -298,43 +328,66 @@ class AckGen(wiring.Component):
         def per_kind(ack, probe):
             return [[("a", x), ("p", y)] for x, y in zip(ack, probe)]
 
-        l3_len = per_kind(_c(ACK_FRAME_BYTES - 54, 2), _c(PROBE_FRAME_BYTES - 54, 2))
+        l3_len = per_kind(_c(_l3_len(_ACK), 2), _c(_l3_len(_PROBE), 2))
         ad, pd = _be(a_da, 16), _be(p_da, 16)
-        da_b = (per_kind(ad[:4], pd[:4])                    # block, as sent
+        nb = _BLOCK_BYTES
+        da_b = (per_kind(ad[:nb], pd[:nb])                  # block, as sent
                 + [[("nsv_a", x), ("nsv_p", y), ("sv", u)]     # SRV6 arrival: uSID
-                   for x, y, u in zip(ad[4:6], pd[4:6], _be(peer_usid, 2))]
-                + [[("nsv_a", x), ("nsv_p", y)] for x, y in zip(ad[6:], pd[6:])])   # | 0
+                   for x, y, u in zip(ad[nb:nb + 2], pd[nb:nb + 2], _be(peer_usid, 2))]
+                + [[("nsv_a", x), ("nsv_p", y)] for x, y in zip(ad[nb + 2:], pd[nb + 2:])])  # | 0
         ones = [[("v", Const(0xFF, 8))]]
-        frame = (                                                # bytes 0..97
-            one(dst_mac, 6) + one(g.src_mac, 6) + one(Const(0x86DD, 16), 2)
-            + one(ver_tc_fl, 4) + l3_len + one(Const(17, 8), 1) + one(Const(64, 8), 1)
-            + one(g.src_ip, 16) + da_b
-            + one(sport, 2) + one(Const(wire.ROCEV2_PORT, 16), 2) + l3_len + ones * 2
-            + per_kind(_c(wire.OP_ACK, 1), _c(wire.OP_PROBE, 1)) + [[]]
-            + one(Const(0xFFFF, 16), 2) + ones
-            + one(peer_qpn, 3) + [[]] + one(a_psn, 3, "a")
-            + [[("a", a_tail[8 * i:8 * i + 8])] + ([("p", p_tail[8 * i:8 * i + 8])]
-                                                    if i < 12 else []) for i in range(24)]
-        )
-        assert len(frame) == ACK_FRAME_BYTES - 4
+        zero = [[]]                                      # a byte that is 0 in every frame
+        # Bytes 0..97 by field, placed at their wire_format offsets; a group of sub-byte
+        # fields (IPv6 version/TC/flow label, BTH flag bytes) is placed at its first field.
+        frame = [None] * _ACK.offset("icrc")
+
+        def put(header, name, alts):
+            start = _ACK.field(header, name).byte
+            assert all(x is None for x in frame[start:start + len(alts)]), (header, name)
+            frame[start:start + len(alts)] = alts
+
+        put("eth", "dst", one(dst_mac, 6))
+        put("eth", "src", one(g.src_mac, 6))
+        put("eth", "type", one(Const(wf.ETHERNET["type"].value, 16), 2))
+        put("ipv6", "version", one(ver_tc_fl, 4))                # version, TC, flow label
+        put("ipv6", "plen", l3_len)
+        put("ipv6", "nh", one(Const(wf.NH_UDP, 8), 1))
+        put("ipv6", "hlim", one(Const(wf.IPV6["hlim"].value, 8), 1))
+        put("ipv6", "src", one(g.src_ip, 16))
+        put("ipv6", "dst", da_b)
+        put("udp", "sport", one(sport, 2))
+        put("udp", "dport", one(Const(wire.ROCEV2_PORT, 16), 2))
+        put("udp", "len", l3_len)
+        put("udp", "chksum", ones * 2)
+        put("bth", "opcode", per_kind(_c(wire.OP_ACK, 1), _c(wire.OP_PROBE, 1)))
+        put("bth", "solicited", zero)                             # SE, M, PadCnt, TVer: 0
+        put("bth", "pkey", one(Const(wf.BTH["pkey"].value, 16), 2))
+        put("bth", "fecn", ones)                                  # FECN, BECN, resv6
+        put("bth", "dqpn", one(peer_qpn, 3))
+        put("bth", "ackreq", zero)                                # AckReq, resv7: 0
+        put("bth", "psn", one(a_psn, 3, "a"))
+        put("aeth", "syndrome", [[("a", a_tail[8 * i:8 * i + 8])]
+                                 + ([("p", p_tail[8 * i:8 * i + 8])] if i < _PTAIL_BYTES else [])
+                                 for i in range(_TAIL_BYTES)])
+        assert None not in frame and len(frame) == ACK_FRAME_BYTES - wf.ICRC.length
 
         # The ICRC (little-endian) follows byte 97 (ACK) or byte 85 (probe).
         icrc = crc32_final(crc)
         icrc_le = [icrc[8 * i:8 * i + 8] for i in range(4)]
-        wire_bytes = frame + [[] for _ in range(8 * _BEATS - len(frame))]
+        wire_bytes = frame + [[] for _ in range(_LANES * _BEATS - len(frame))]
         for i, b in enumerate(icrc_le):
-            wire_bytes[PROBE_FRAME_BYTES - 4 + i].append(("p", b))
-            wire_bytes[ACK_FRAME_BYTES - 4 + i].append(("a", b))
+            wire_bytes[_PROBE.offset("icrc") + i].append(("p", b))
+            wire_bytes[_ACK.offset("icrc") + i].append(("a", b))
         # The beat mux as an AND-OR over the registered one-hot selects (cheaper than a
         # mux tree, and no decoder in front of it); it feeds ``word`` only.
         terms = []
         for b in range(_BEATS):
             for c in conds:
-                lanes = [dict(wire_bytes[8 * b + i]).get(c) for i in range(8)]
+                lanes = [dict(wire_bytes[_LANES * b + i]).get(c) for i in range(_LANES)]
                 if any(x is not None for x in lanes):
                     value = Cat(*[Const(0, 8) if x is None else x for x in lanes])
                     terms.append(Mux(oh[c][b], value, 0))
-        tdata = Signal(64)
+        tdata = Signal(_WIDTH)
         m.d.comb += tdata.eq(_or_tree(terms))
 
         # ---- ICRC pass over the same beat mux: 2 bytes per cycle -------------
@@ -344,8 +397,8 @@ class AckGen(wiring.Component):
         # cycle (``fill``) only loads beat 2.  The pair taken is registered (``crc_pair``)
         # and folded into ``crc`` on the next cycle (a 16-bit CRC step: the ACK
         # generator has to keep up with one ACK per data packet plus a NACK per trim).
-        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT + 1) & (pair == 2),
-                       (beat == _CRC_END_BEAT + 1) & (pair == 0))
+        crc_last = Mux(is_probe, (beat == _PCRC_END_BEAT + 1) & (pair == _PCRC_END_LANE // 2),
+                       (beat == _CRC_END_BEAT + 1) & (pair == _CRC_END_LANE // 2))
         load_word = Signal()
         crc_pair = Signal(16, reset_less=True)   # the bytes taken last cycle, and whether
         crc_en = Signal()                        # they were: folded into ``crc`` this cycle
@@ -363,8 +416,8 @@ class AckGen(wiring.Component):
         # The sink's ready reaches ``load_word`` through one AND-OR over the registered
         # one-hot plane select; every other term of ``load_word`` is registers only.
         out_ready = Signal()
-        last_keep = Mux(is_probe, (1 << (PROBE_FRAME_BYTES - 8 * (_PROBE_BEATS - 1))) - 1,
-                        (1 << (ACK_FRAME_BYTES - 8 * (_BEATS - 1))) - 1)
+        last_keep = Mux(is_probe, wf.last_keep(PROBE_FRAME_BYTES, _WIDTH),
+                        wf.last_keep(ACK_FRAME_BYTES, _WIDTH))
         readies = []
         for i in range(self.ports):
             axis = getattr(self, f"m_axis_p{i}")
@@ -434,11 +487,15 @@ class AckGen(wiring.Component):
         ack, prb = self.req.payload, self.probe.payload
         new_srv6 = new_ctx.srv6
         new_udp = new_ctx.udp
-        ack_tail = Cat(*(_be(ack.syndrome, 1) + _be(ack.msn, 3) + _be(ack.ev, 4)
-                         + _be(ack.flags, 1) + _be(ack.base_psn, 3) + _be(ack.bitmap, 8)
-                         + _be(ack.ts, 4)))
-        probe_tail = Cat(*(_be(prb.entry.ev, 4) + _be(Cat(prb.entry.port, Const(0, 5)), 1)
-                           + _c(0, 1) + _be(prb.probe_id, 2) + _be(prb.ts, 4)))
+        # AETH + MRCSack and MRCProbe, field by field in wire order (AckRequest's fields
+        # are named as wire_format's); ``rsvd`` is its fixed 0
+        ack_tail = Cat(*[b for h in _TAIL for f in h.fields
+                         for b in _be(getattr(ack, f.name), f.width // 8)])
+        probe_src = {"ev": prb.entry.ev, "port": Cat(prb.entry.port, Const(0, 5)),
+                     "rsvd": Const(wf.MRCPROBE["rsvd"].value, 8),
+                     "probe_id": prb.probe_id, "ts": prb.ts}
+        probe_tail = Cat(*[b for f in wf.MRCPROBE.fields
+                           for b in _be(probe_src[f.name], f.width // 8)])
         with m.If(want_ack):                # (loaded with the choice, as below)
             m.d.sync += [a_da.eq(self.path.payload.entry.da), a_psn.eq(ack.cum_psn),
                          a_tail.eq(ack_tail)]
@@ -458,7 +515,7 @@ class AckGen(wiring.Component):
                 fl.eq(Mux(new_udp, 0, new_ent.ev[:20])),
                 sport.eq(Cat(Mux(new_udp, new_ent.ev[:14], new_ent.ev[20:32]), Const(0b11, 2))),
                 beat.eq(_CRC_FIRST_BEAT),
-                pair.eq(3), pair3.eq(1), fill.eq(1), sending.eq(0), out_valid.eq(0),
+                pair.eq(_CRC_FIRST_LANE // 2), pair3.eq(1), fill.eq(1), sending.eq(0), out_valid.eq(0),
                 crc.eq(Mux(want_probe, _PCRC_INIT, _CRC_INIT))]
             start = {"all": 1, "a": ~want_probe, "p": want_probe, "sv": new_srv6,
                      "nsv_a": ~want_probe & ~new_srv6, "nsv_p": want_probe & ~new_srv6, "v": 1}
