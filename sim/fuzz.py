@@ -112,18 +112,23 @@ def mutants(rng: random.Random, base_frames: list, n: int) -> list:
 
 def _srh_mutant(rng, frame: bytes) -> bytes:
     """An SRH frame whose Hdr Ext Len or TLV area is damaged (or a bit flip without SRH)."""
+    from mrcnic import wire_format as wf
+
     b = bytearray(frame)
-    if len(b) > 56 and b[20] == 43:
+    srh = wf.ETHERNET.length + wf.IPV6.length           # the SRH follows the IPv6 header
+    ext = srh + wf.SRH_FIXED["len"].byte                # SRH Hdr Ext Len
+    if len(b) > srh + wf.SRH_FIXED["type"].byte and \
+            wf.IPV6["nh"].read(b, wf.ETHERNET.length) == wf.NH_ROUTING:
         choice = rng.randrange(4)
         if choice == 3:                                 # random TLVs, lengths and ICRC right
             from mrcnic import wire
             return wire.srh_add_tlvs(frame, random_tlv_area(rng))
         if choice == 0:
-            b[55] = rng.randrange(256)                  # Hdr Ext Len anywhere
+            b[ext] = rng.randrange(256)                 # Hdr Ext Len anywhere
         elif choice == 1:
-            b[55] = max(0, b[55] - 1 - rng.randrange(2))    # too short for the segments
+            b[ext] = max(0, b[ext] - 1 - rng.randrange(2))  # too short for the segments
         else:
-            b[55] += 1 + rng.randrange(2)               # TLV room claimed past the list
+            b[ext] += 1 + rng.randrange(2)              # TLV room claimed past the list
         return bytes(b)
     i = rng.randrange(len(b))
     b[i] ^= 1 << rng.randrange(8)
