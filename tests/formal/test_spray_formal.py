@@ -25,6 +25,16 @@ Properties (every one against the ports only):
     undecided request of its own, and each of its decisions lies in the range of its own
     oldest undecided request (decisions come in request order per client).
 
+Unbounded: (a) alone, by k-induction (``test_spray_eligible_induction``, k=12; it closes at
+k=4).  Its auxiliary invariants, proved by the same induction: the path table's GOOD /
+weight-non-zero flip-flops equal the wrapper's model (as in test_path_table_formal); each
+client's registered ``usable`` bitmap holds only entries eligible now and (client 0) not
+avoided a clock ago; S1's "still usable" flag is set only for an in-range entry that was
+eligible a clock ago and (client 0) not avoided two clocks ago (the decision rises from S1
+a clock later).  (b) and (c) stay bounded: their induction would need the request queue
+model tied to every pipeline stage (input skids, T, I, A..E, the skid FIFOs, S1, S2) and
+the per-QP positions; not attempted.
+
 Teeth: ``test_spray_output_recheck_mutant_fails`` removes the output stage's re-check (the
 RTL before it was added, where a pick kept in the skid FIFO, delayed by a read clash or by
 ``ready`` low could rise naming an entry made DENIED several clocks earlier: the former
@@ -32,28 +42,31 @@ finding of this proof); ``test_spray_mutant_fails`` ignores the eligible bitmap.
 """
 
 import pytest
-from amaranth.hdl import Assert, Assume, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Assert, Assume, Const, Elaboratable, Module, Mux, Signal
 
 from mrcnic.rtl import spray
 from mrcnic.rtl.layouts import EvState
-from .formal import const, drive_inputs, mutant, past, require_failed, require_proved, \
+from .formal import Internals, const, drive_inputs, mutant, past, require_failed, require_proved, \
     run_formal, stream_rule
 
 ENTRIES = 16
 DEPTH = 12
+K = 12              # (a)'s induction length (closes at 4; the recheck mutant's base case needs 12)
 QDEPTH = 16         # requests modelled per client (more than a run of DEPTH clocks transfers)
 
 
 class SprayProof(Elaboratable):
     """The scheduler with every input free except the request streams' ready/valid rule."""
 
-    def __init__(self, cls=spray.SprayScheduler, *, check_b=True, check_c=True):
+    def __init__(self, cls=spray.SprayScheduler, *, check_b=True, check_c=True, aux_a=False):
         self.dut = cls(depth=ENTRIES, clients=2)
-        self.check_b, self.check_c = check_b, check_c
+        self.check_b, self.check_c, self.aux_a = check_b, check_c, aux_a
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.dut
+        dut = self.dut
+        ins = Internals(dut, platform)
+        m.submodules.dut = ins.frag
         drive_inputs(m, dut)
         reqs = [dut.req, dut.req_1]
         decs = [dut.decision, dut.decision_1]
@@ -76,14 +89,23 @@ class SprayProof(Elaboratable):
             with m.If(w_hit):
                 m.d.sync += wnz.eq(dut.w_data.weight != 0)
             m.d.comb += el[i].eq(good & wnz)
+            if self.aux_a:
+                # auxiliary invariant (induction of (a)): the table's flags are the model's
+                # (as proved for the path table alone, test_path_table_formal)
+                m.d.comb += [Assert(ins.signal("good", ("table",))[i] == good),
+                             Assert(ins.signal("wnz", ("table",))[i] == wnz)]
         # el at clock u reflects the writes of clocks < u.  A decision rising at t was checked
         # in S1 at t - 1 against the scheduler's registered copy of the bitmap (the writes of
         # t - 3, re-checked every clock S1 waits): its entry was eligible after the writes of
         # clock t - 3 (el at t - 2) and, for client 0, not avoided at clock t - 3.
-        el_d2 = past(m, past(m, el, name="el_d1"), name="el_d2")
+        m_el_d1 = past(m, el, name="el_d1")
+        el_d2 = past(m, m_el_d1, name="el_d2")
         nav_d3 = ~dut.avoid
+        navs = []
         for d in range(1, 4):
             nav_d3 = past(m, nav_d3, name=f"nav_d{d}")
+            navs.append(nav_d3)
+        win_av_d1, win_av_d2 = navs[0], navs[1]
         win, win_av = Signal(ENTRIES), Signal(ENTRIES)
         m.d.comb += [win.eq(el_d2), win_av.eq(nav_d3)]
         first = Signal(init=1)
@@ -161,6 +183,22 @@ class SprayProof(Elaboratable):
                 ok = ok & win_av.bit_select(idx[:4], 1)
             with m.If(rise):
                 m.d.comb += Assert(ok)
+            if self.aux_a:
+                # Auxiliary invariants (induction of (a)) on client k's output stage: its
+                # registered ``usable`` bitmap only has entries eligible now (and, client 0,
+                # not avoided a clock ago); S1's "still usable" flag only for an entry that
+                # was so a clock ago (in range; it rises as the decision a clock later).
+                usable = ins.signal(f"usable{k}")
+                s1_ok, s1_index = ins.signal(f"s1_ok{k}"), ins.signal(f"s1_index{k}")
+                el_d1 = m_el_d1
+                # (the all-ones constant unsigned: a part-select of a signed Const(-1) at a
+                # variable offset did not read as all ones in the proof)
+                nav = win_av_d1 if k == 0 else Const((1 << ENTRIES) - 1, ENTRIES)
+                nav2 = win_av_d2 if k == 0 else Const((1 << ENTRIES) - 1, ENTRIES)
+                m.d.comb += Assert((usable & ~(el & nav)) == 0)
+                with m.If(s1_ok):
+                    m.d.comb += Assert((s1_index < ENTRIES) & el_d1.bit_select(s1_index[:4], 1)
+                                       & nav2.bit_select(s1_index[:4], 1))
 
         if self.check_b:
             # (b) a request transferred 9 or more clocks ago and still undecided => a
@@ -184,13 +222,22 @@ def test_spray_bounded_12():
 
 
 @pytest.mark.formal
+def test_spray_eligible_induction():
+    """Spray scheduler: (a) alone, unbounded (k-induction, K clocks; auxiliary invariants on
+    the output stages' ``usable`` bitmaps and S1's "still usable" flags)."""
+    require_proved(run_formal(SprayProof(check_b=False, check_c=False, aux_a=True),
+                              "spray_a", mode="prove", depth=K))
+
+
+@pytest.mark.formal
 def test_spray_output_recheck_mutant_fails():
     """Teeth: the output stage's re-check removed (a pick is used whatever happened to its
     entry since stage A: the RTL before the fix, where a decision could name an entry made
     DENIED several clocks earlier)."""
     mod = mutant(spray, "good.eq(s1_valid & ~clash & s1_ok),", "good.eq(chk & ~clash),")
-    require_failed(run_formal(SprayProof(mod.SprayScheduler, check_b=False, check_c=False),
-                              "spray_recheck_mutant", mode="bmc", depth=DEPTH))
+    require_failed(run_formal(SprayProof(mod.SprayScheduler, check_b=False, check_c=False,
+                                         aux_a=True),
+                              "spray_recheck_mutant", mode="prove", depth=K))
 
 
 @pytest.mark.formal
