@@ -330,8 +330,11 @@ class CsrBank(wiring.Component):
             tw = {"wait": Signal(range(self.table_read_latency + 1), name="tbl_wait"), "shadow": sh,
                   "oob": Signal(name="tbl_oob")}
             # TBL_INDEX >= the selected table's depth (a flag per table: the high index bits
-            # set, no compare); registered into the command's decision, see _table_cmd
-            m.d.comb += tw["oob"].eq(Cat(*((sel == t.id.value) & (index >= t.depth)
+            # set, no compare), registered: TBL_SELECT / TBL_INDEX change only in a WRITE
+            # state, and BRESP and IDLE lie between it and the cycle _table_cmd's decision
+            # is registered in, so the flag is current there (and its compare stays off
+            # the decision's path)
+            m.d.sync += tw["oob"].eq(Cat(*((sel == t.id.value) & (index >= t.depth)
                                            for t in rm.tables if t.depth < 256)).any())
 
         # ---- AW / W latches --------------------------------------------------------------
