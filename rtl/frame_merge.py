@@ -16,6 +16,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from mrcnic import wire
+from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
 from .layouts import MAX_PORTS
@@ -35,7 +37,43 @@ def _crc_state(nbytes):
     return int(f"{final:032b}"[::-1], 2)
 
 
-_C4, _C8 = _crc_state(4), _crc_state(8)   # ICRC region start: 4 / 8 pseudo-LRH bytes
+# Frame geometry (mrcnic.wire_format) on 64-bit beats.  The realignment and ICRC
+# datapath below is written for 8-byte beats; the asserts hold what it relies on.
+_WIDTH = 64                                     # data width, bits
+_LANES = wf.beat_bytes(_WIDTH)                  # byte lanes per beat
+_DATA = [wf.layout("data", n, imm) for n in range(1, wire.MAX_USIDS // wire.USIDS_PER_CARRIER + 1)
+         for imm in (False, True)]              # every data header: 0..4 SRH segments, ImmDt
+# A header is 2 or 6 mod 8 bytes (its last beat's tkeep is 0x03 or 0x3F: k = 2 or 6).
+assert {lay.header_bytes % _LANES for lay in _DATA} == {2, 6}
+# The ICRC region runs from frame byte 6 to the end of the pad: frame bytes 6 up to the
+# end of the IPv6 header (which the IPv6 Payload Length does not count), less the ICRC
+# (which it does), plus the Payload Length: 44 + Payload Length bytes.
+_PLEN = _DATA[0].field("ipv6", "plen")          # IPv6 Payload Length: frame bytes 18..19
+assert all(lay.field("ipv6", "plen") == _PLEN for lay in _DATA)
+_REGION_BASE = (_DATA[0].offset("ipv6") + wf.IPV6.length
+                - wf.ICRC_FIRST_BYTE - wf.ICRC.length)                  # 44
+# The Payload Length is 0 or 4 mod 8 (frames are 2 or 6 mod 8), so the region is
+# 44 + 0 or 4 mod 8 long; with 44 = 4 mod 8 the region is 4 mod 8 (CRC chunks aligned to
+# its end start at lane 2) when Payload Length bit 2 is 0, else 0 mod 8 (chunks at lane 6).
+_AL_BIT = 2                                     # the Payload Length bit that tells them apart
+assert _REGION_BASE % _LANES == 4 and 1 << _AL_BIT == 4
+_AL2_LANE = (wf.ICRC_FIRST_BYTE + _REGION_BASE) % _LANES               # 2
+_AL6_LANE = (wf.ICRC_FIRST_BYTE + _REGION_BASE + 4) % _LANES           # 6
+assert (_AL2_LANE, _AL6_LANE) == (2, 6)
+# The beat carrying the Payload Length (2) and its tdata bit holding bit 2 (lane 3 bit 2).
+(_PLEN_BEAT,) = {pc.beat for pc in _PLEN.pieces(_WIDTH)}
+(_AL_TBIT,) = [pc.lo + _AL_BIT - pc.value_lo for pc in _PLEN.pieces(_WIDTH)
+               if pc.value_lo <= _AL_BIT < pc.value_lo + pc.hi - pc.lo]
+assert _PLEN_BEAT < 3                           # ``n1`` (saturating at 3) counts up to it
+# ... and it is a header beat, not the last (a header has >= 12 beats).
+assert min(wf.beats(lay.header_bytes, _WIDTH) for lay in _DATA) > _PLEN_BEAT + 1
+# The CRC restarts with the chunk that ends in that beat; it starts in the beat before
+# (``r1_b1``) at lane 2 or 6, after 4 or 8 region bytes, all pseudo-LRH ones (view bytes
+# 6..13): the CRC state there is a constant.
+_C4_BYTES, _C8_BYTES = [_LANES * (_PLEN_BEAT - 1) + lane - wf.ICRC_FIRST_BYTE
+                        for lane in (_AL2_LANE, _AL6_LANE)]           # 4, 8
+assert 0 < _C4_BYTES < _C8_BYTES <= wf.LRH_BYTES
+_C4, _C8 = _crc_state(_C4_BYTES), _crc_state(_C8_BYTES)   # ICRC region start: 4 / 8 LRH bytes
 
 
 def _lanes(keep):
@@ -112,7 +150,9 @@ class FrameMerge(wiring.Component):
 
     ICRC alignment: the CRC runs on 8-byte chunks aligned to the end of the
     ICRC region, whose length (44 + IPv6 Payload Length) is read from the
-    header's bytes 18..19; HeaderGen always writes it consistently.  A header
+    header's bytes 18..19; HeaderGen always writes it consistently.  (These
+    positions, and the constant CRC states below, are derived from
+    :mod:`mrcnic.wire_format` at the top of the module.)  A header
     whose Payload Length disagrees with the frame gets a wrong ICRC (the frame
     is otherwise merged, routed and counted as usual).
 
@@ -226,8 +266,8 @@ class FrameMerge(wiring.Component):
         # this beat's lanes 0..1 (or 0..5).  It is formed here, while the beat is loaded,
         # so that stage 2a's XOR network reads registers only.  The alignment is known from
         # beat 2 (always a header beat: a header has >= 12 beats), whose own chunk uses it.
-        b2_now = in_hdr & ~hdr_first & (n1 == 2)
-        al2_now = Mux(b2_now, ~hdr.tdata[26], r1_al2)
+        b2_now = in_hdr & ~hdr_first & (n1 == _PLEN_BEAT)
+        al2_now = Mux(b2_now, ~hdr.tdata[_AL_TBIT], r1_al2)
         beat_chunk = Mux(al2_now, Cat(last_v48, beat_view[0:16]),
                          Cat(last_v48[32:48], beat_view[0:48]))
 
@@ -236,10 +276,11 @@ class FrameMerge(wiring.Component):
             m.d.sync += [r1_valid.eq(1), r1_data.eq(data), r1_chunk.eq(chunk),
                          last_v48.eq(view[16:64]),
                          r1_end.eq(end), r1_e6.eq(e6), r1_port.eq(port),
-                         r1_b1.eq(~first & (n1 == 1)), r1_b2.eq(~first & (n1 == 2)),
+                         r1_b1.eq(~first & (n1 == _PLEN_BEAT - 1)),
+                         r1_b2.eq(~first & (n1 == _PLEN_BEAT)),
                          n1.eq(Mux(first, 1, Mux(n1 == 3, 3, n1 + 1)))]
-            with m.If(~first & (n1 == 2)):
-                m.d.sync += r1_al2.eq(~hdr.tdata[26])
+            with m.If(~first & (n1 == _PLEN_BEAT)):
+                m.d.sync += r1_al2.eq(~hdr.tdata[_AL_TBIT])
 
         def payload_consumed():
             m.d.sync += carry.eq(carry_next)
@@ -282,11 +323,12 @@ class FrameMerge(wiring.Component):
         # ---------------------------------------------------------------
         # The CRC runs on 8-byte chunks aligned to the end of the ICRC region, so that
         # one XOR network serves every beat.  The region (frame byte 6 to the end of the
-        # pad) is 44 + IPv6 Payload Length bytes, 0 or 4 mod 8: chunks start at lane 6
-        # (region 0 mod 8) or lane 2 (4 mod 8) of each beat.  Its first 8 bytes are the
-        # pseudo-LRH ones (view bytes 6..13), so the state after them (lane 6) or after the
-        # first 4 of them (lane 2) is a constant, and the alignment is needed only from
-        # beat 2, which carries the Payload Length (bytes 18..19; bit 2 = lane 3 bit 2).
+        # pad) is 44 (``_REGION_BASE``) + IPv6 Payload Length bytes, 0 or 4 mod 8: chunks
+        # start at lane 6 (region 0 mod 8) or lane 2 (4 mod 8) of each beat.  Its first 8
+        # bytes are the pseudo-LRH ones (view bytes 6..13), so the state after them (lane 6)
+        # or after the first 4 of them (lane 2) is a constant, and the alignment is needed
+        # only from beat 2, which carries the Payload Length (bytes 18..19; bit 2 = lane 3 bit 2:
+        # ``_PLEN_BEAT``, ``_AL_TBIT``, from wire_format).
 
         # Stage 2a: the chunk's share of the CRC (the update is linear: state and data
         # terms XOR), registered (RC); stage 2b adds the state's share and inserts the ICRC.
