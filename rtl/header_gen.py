@@ -12,7 +12,9 @@ and the tail start are all 6 mod 8), so the generator walks the header one
 selected by the beat counter.  No header is ever stored whole; SRH segment
 words are read from the segment memory while their beats stream.  The ICRC
 view of a beat is the beat itself with a few lanes forced to ones or zeros
-(and the peer uSID put into the destination address in SRV6 mode).
+(and the peer uSID put into the destination address in SRV6 mode).  Every
+field's beat, lane and bits, and the ICRC view's forced lanes, are derived from
+``mrcnic.wire_format`` (the geometry constants below, for 64-bit beats).
 
 Sources: IEEE 802.3 (Ethernet II), RFC 8200 (IPv6), RFC 8754 (SRH),
 RFC 9800 (NEXT-CSID uSID carriers, arrival DA), RFC 3168 (ECT(0)),
@@ -24,7 +26,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.wire import OP_WRITE_ONLY_IMM, ROCEV2_PORT
+from mrcnic import wire_format as wf
+from mrcnic.wire import OP_WRITE_ONLY_IMM, USIDS_PER_CARRIER
 
 from .axis import AxiStreamSignature
 from .layouts import MAX_CARRIERS, MAX_PORTS, EvMode, NicGlobals, TxPacket
@@ -34,14 +37,130 @@ __all__ = ["HeaderGen", "SEG_DEPTH", "HDR_USER_WIDTH"]
 SEG_DEPTH = 256        #: segment-memory words (128-bit IPv6 addresses), addressed by 8 bits
 HDR_USER_WIDTH = 67    #: tuser = 64-bit ICRC view of the beat's lanes + 3-bit port (plane)
 
-_HOP_LIMIT = 64
-_ETHERTYPE_IPV6 = 0x86DD
-_NH_UDP, _NH_ROUTING = 17, 43
-_SRH_TYPE = 4
 _ECT0 = 0b10
-_PKEY = 0xFFFF
+
+# Frame geometry (mrcnic.wire_format) on 64-bit beats.  The beat sequence below (FX0..5,
+# B6, [J0, (JO, JE) per segment], T0..T4) is written for 8-byte beats; the asserts hold
+# what it relies on.
+_WIDTH = 64                                     # data width, bits
+_LANES = wf.beat_bytes(_WIDTH)                  # byte lanes per beat
+_DATA = wf.layout("data")                       # no SRH, no ImmDt
+_IMM = wf.layout("data", imm=True)
+_LAYOUTS = [wf.layout("data", n, imm) for n in range(1, MAX_CARRIERS + 1) for imm in (False, True)]
 # UDP header + BTH + RETH + ICRC: the fixed part of the UDP length (ImmDt, payload, pad added)
-_UDP_FIXED = 8 + 12 + 16 + 4
+_UDP_FIXED = _DATA.frame_bytes() - _DATA.offset("udp")                   # 40
+# Ethernet + IPv6 (``fx``): beats FX0..FX5 whole, then lanes 0..5 of beat B6; every later
+# section (SRH, segment, tail) starts at lane 6 too, so its first 2 bytes (``_HEAD``) go
+# in the previous beat's lanes 6..7.
+_FX_BYTES = _DATA.offset("ipv6") + wf.IPV6.length                        # 54
+_FX_BEATS, _SPLIT = divmod(_FX_BYTES, _LANES)                             # 6, 6
+_HEAD = _LANES - _SPLIT                                                   # 2
+assert _SPLIT == 6 and wf.SRH_FIXED.length == _LANES and wf.SRH_SEGMENT_BYTES == 2 * _LANES
+assert all(lay.offset("srh") == _FX_BYTES for lay in _LAYOUTS if "srh" in lay)
+_J0_BEAT = _FX_BEATS + 1                        # frame beat of J0 (SRH bytes 2..7)
+# The tail (UDP + BTH + RETH [+ ImmDt]) after its first 2 bytes: T0..T4 with or without
+# ImmDt; the last beat holds 2 bytes (no ImmDt) or 6 (ImmDt).
+_TAIL = wf.beats(_DATA.header_bytes - _FX_BYTES - _HEAD, _WIDTH)         # 5
+assert _TAIL == wf.beats(_IMM.header_bytes - _FX_BYTES - _HEAD, _WIDTH)
+_TL_BYTES = _HEAD + _LANES * _TAIL              # ``tl``: UDP .. RETH, then zeros (42 bytes)
+assert {lay.header_bytes % _LANES for lay in _LAYOUTS} == {_HEAD, _SPLIT}
+_BLOCK_BYTES = 16 - 2 * USIDS_PER_CARRIER       # uSID carrier: 32-bit block, then uSID 0
+# The beat sequence's states (bits of the one-hot ``st``): FX0..FX5, B6 (the beat Ethernet +
+# IPv6 ends in), J0, JO, JE (SRH), T0..T4 (tail).
+_FX, _B6 = 0, _FX_BEATS
+_J0, _JO, _JE, _T = _B6 + 1, _B6 + 2, _B6 + 3, _B6 + 4
+# The flow label (EV bits, selected per mode) lies in two Ethernet/IPv6 beats (FX1, FX2).
+_FL = _DATA.field("ipv6", "fl")
+_FL_BEATS = sorted({pc.beat for pc in _FL.pieces(_WIDTH)})
+assert len(_FL_BEATS) == 2 and 0 < _FL_BEATS[0] and _FL_BEATS[1] < _FX_BEATS
+
+
+def _states(lay):
+    """The beat sequence's state (FX + i, B6, J0, JO, JE, T + i) of each beat of ``lay``."""
+    FX, B6, J0, JO, JE, T = _FX, _B6, _J0, _JO, _JE, _T
+    seq = [FX + i for i in range(_FX_BEATS)] + [B6]
+    if lay.n_carriers > 1:
+        seq += [J0] + [JO, JE] * lay.n_carriers       # one segment per carrier
+    seq += [T + i for i in range(_TAIL)]
+    assert len(seq) == wf.beats(lay.header_bytes, _WIDTH)
+    return seq
+
+
+def _state_masks(bits_of):
+    """{state: 64-bit mask} of the beats' bits given by ``bits_of(layout)`` (frame bit
+    offsets, MSB first), the same in every data layout; in state order."""
+    out = {}
+    for lay in _LAYOUTS:
+        states = _states(lay)
+        for bit in bits_of(lay):
+            (pc,) = wf.FieldPos("", wf.Field("", bit, 1), bit).pieces(_WIDTH)
+            out.setdefault(lay, {}).setdefault(states[pc.beat], 0)
+            out[lay][states[pc.beat]] |= 1 << pc.lo
+    merged = {}
+    for masks in out.values():
+        for st, mask in masks.items():
+            assert merged.setdefault(st, mask) == mask, st
+    return dict(sorted(merged.items()))
+
+
+def _ones_bits(lay):
+    """Frame bits forced to ones in the ICRC view: the pseudo LRH and the masked fields."""
+    yield from range(8 * wf.ICRC_FIRST_BYTE, 8 * (wf.ICRC_FIRST_BYTE + wf.LRH_BYTES))
+    for fp in lay.fields():
+        if fp.field.masked:
+            yield from range(fp.bit, fp.bit + fp.width)
+
+
+def _srv6_zero_bits(lay):
+    """Frame bits zeroed in the SRV6 arrival view: the DA after its locator block (the
+    peer uSID then goes in its first 2 bytes) and the SRH Segments Left."""
+    da = lay.field("ipv6", "dst")
+    yield from range(da.bit + 8 * _BLOCK_BYTES, da.bit + da.width)
+    if "srh" in lay:
+        sl = lay.field("srh", "segleft")
+        yield from range(sl.bit, sl.bit + sl.width)
+
+
+def _section(lay, start, stop, values):
+    """Bytes ``start`` .. ``stop - 1`` of a ``lay`` frame in lane order: every field in
+    them from ``values[header, name]`` (a Value, LSB = the field's LSB; zero-extended or
+    truncated to the field) or, when absent, its fixed value."""
+    parts = []
+    for fp in lay.fields():
+        if not 8 * start <= fp.bit < 8 * stop:
+            continue
+        assert fp.bit + fp.width <= 8 * stop, (fp.header, fp.field.name)
+        key = (fp.header, fp.field.name)
+        if key in values:
+            value = _zext(values[key], fp.width)
+        else:
+            assert fp.field.value is not None, key
+            value = Const(fp.field.value, fp.width)
+        for pc in fp.pieces(8):     # one byte a beat: pc.beat = frame byte
+                parts.append((8 * (pc.beat - start) + pc.lo,
+                          value[pc.value_lo:pc.value_lo + pc.hi - pc.lo]))
+    parts.sort(key=lambda part: part[0])
+    pos = 0
+    for lo, v in parts:                 # the fields tile the bytes
+        assert lo == pos, (start, lo)
+        pos += len(v)
+    assert pos == 8 * (stop - start)
+    return Cat(*[v for _, v in parts])
+
+
+def _in_beat(fp, value, beat):
+    """A 64-bit beat holding the bits of field ``fp`` (``value``) that lie in frame beat
+    ``beat``, zeros elsewhere."""
+    parts, pos = [], 0
+    for pc in fp.pieces(_WIDTH):
+        if pc.beat != beat:
+            continue
+        if pc.lo > pos:
+            parts.append(Const(0, pc.lo - pos))
+        parts.append(value[pc.value_lo:pc.value_lo + pc.hi - pc.lo])
+        pos = pc.hi
+    assert parts, (fp.header, fp.field.name, beat)
+    return Cat(*parts, Const(0, _WIDTH - pos)) if pos < _WIDTH else Cat(*parts)
 
 
 def _wire(value, nbytes):
@@ -196,15 +315,15 @@ class HeaderGen(wiring.Component):
         words = nxt.length[2:]
         part = nxt.length[:2] != 0
         k_udp = Cat(has_imm, Const(_UDP_FIXED // 4 >> 1, 3))
-        assert _UDP_FIXED // 4 == 10
+        assert _UDP_FIXED % 8 == 0 and _UDP_FIXED // 4 >> 1 < 8
         k_ip = Signal(5)
         with m.Switch(Cat(n_raw, has_imm)):
             for n in range(8):
                 for imm in (0, 1):
                     nf = min(max(n, 1), MAX_CARRIERS)
+                    lay = wf.layout("data", nf, bool(imm))   # bytes after the IPv6 header
                     with m.Case(n | imm << 3):
-                        m.d.comb += k_ip.eq(_UDP_FIXED // 4 + imm
-                                            + ((8 + 16 * nf) // 4 if nf > 1 else 0))
+                        m.d.comb += k_ip.eq((lay.frame_bytes() - _FX_BYTES) // 4)
         udp_len = Cat(Const(0, 2), words + k_udp + part)
         ip_len = Cat(Const(0, 2), words + k_ip + part)
         mode_udp = nxt.mode == EvMode.UDP
@@ -235,8 +354,8 @@ class HeaderGen(wiring.Component):
         # bytes 2..7 + segment 0 bytes 0..1), and per segment k: JO (segment k bytes
         # 2..9), JE (segment k bytes 10..15 + segment k+1 bytes 0..1, or the tail's first
         # 2 bytes after the last segment); then the 5 tail beats T0..T4.
-        FX, B6, J0, JO, JE, T = 0, 6, 7, 8, 9, 10
-        st = Signal(15)
+        FX, B6, J0, JO, JE, T = _FX, _B6, _J0, _JO, _JE, _T
+        st = Signal(T + _TAIL)
         kseg = Signal(2)              # segment of the JO/JE pair under way
         # Lanes 6..7 of beats 6 and JE come from one of three places, decided one beat
         # ahead: SRH bytes 0..1, the tail's bytes 0..1, or a segment's bytes 0..1.
@@ -247,7 +366,7 @@ class HeaderGen(wiring.Component):
 
         out_valid = Signal()
         advance = ~out_valid | self.m_axis.tready
-        at_last = st[T + 4]
+        at_last = st[T + _TAIL - 1]
         load = nxt_valid & (~cur_valid | (advance & at_last))
         step = advance & cur_valid
         k_last = kseg == cur_last_entry
@@ -277,19 +396,20 @@ class HeaderGen(wiring.Component):
             m.d.sync += [
                 beat.eq(beat + 1),
                 st.eq(Cat(
-                    Const(0, 1), st[FX:FX + 5],                        # FX1..FX5
-                    st[FX + 5],                                        # B6
+                    Const(0, 1), st[FX:FX + _FX_BEATS - 1],            # FX1..FX5
+                    st[FX + _FX_BEATS - 1],                            # B6
                     st[B6] & cur_srh,                                  # J0
                     st[J0] | (st[JE] & ~k_last),                       # JO
                     st[JO],                                            # JE
                     (st[B6] & ~cur_srh) | (st[JE] & k_last),           # T0
-                    st[T:T + 4])),                                     # T1..T4
-                sel_sf01.eq(st[FX + 5] & cur_srh),
-                sel_tl01.eq((st[FX + 5] & ~cur_srh) | (st[JO] & k_last)),
+                    st[T:T + _TAIL - 1])),                             # T1..T4
+                sel_sf01.eq(st[FX + _FX_BEATS - 1] & cur_srh),
+                sel_tl01.eq((st[FX + _FX_BEATS - 1] & ~cur_srh) | (st[JO] & k_last)),
                 sel_seg01.eq((st[B6] & cur_srh) | (st[JO] & ~k_last)),
             ]
-            m.d.sync += [t4_imm.eq(st[T + 3] & cur_imm), mac_sel.eq(0),
-                         fl_sel1.eq(st[FX + 0] & cur_fl_on), fl_sel2.eq(st[FX + 1] & cur_fl_on)]
+            m.d.sync += [t4_imm.eq(st[T + _TAIL - 2] & cur_imm), mac_sel.eq(0),
+                         fl_sel1.eq(st[FX + _FL_BEATS[0] - 1] & cur_fl_on),
+                         fl_sel2.eq(st[FX + _FL_BEATS[1] - 1] & cur_fl_on)]
             with m.If(st[JE]):
                 m.d.sync += kseg.eq(kseg + 1)
             with m.If(at_last):
@@ -302,11 +422,12 @@ class HeaderGen(wiring.Component):
         # read runs two beats ahead: the word for beat b+2 is addressed while beat b is
         # built.  Read port and register advance with the beats.
         seg_q = Signal(128, reset_less=True)
-        seg_hold = Signal(48, reset_less=True)
+        seg_hold = Signal(8 * _SPLIT, reset_less=True)
         # The read address is itself registered, computed when ``beat`` steps.
         seg_addr = Signal(8)
         with m.If(step):
-            m.d.sync += seg_addr.eq(cur.path.entry.seg_base + (beat - 4)[1:3])   # (b+1+2-7)>>1
+            m.d.sync += seg_addr.eq(cur.path.entry.seg_base
+                                    + (beat - (_J0_BEAT - 3))[1:3])   # (b+1+2-7)>>1
         m.d.comb += [
             seg_rd.addr.eq(seg_addr),
             seg_rd.en.eq(advance),
@@ -315,50 +436,59 @@ class HeaderGen(wiring.Component):
             m.d.sync += seg_q.eq(seg_rd.data)
         seg_word = _wire(seg_q, 16)
         with m.If(step & st[JO]):
-            m.d.sync += seg_hold.eq(_bytes(seg_word, 10, 16))
+            m.d.sync += seg_hold.eq(_bytes(seg_word, _HEAD + _LANES, wf.SRH_SEGMENT_BYTES))
 
         # ---------------------------------------------------------------- header sections
         entry = cur.path.entry
         tc = Cat(Const(_ECT0, 2), g.dscp)
         last_entry = _zext(cur_last_entry, 8)
-        # Ethernet + IPv6, 54 bytes in lane order; the destination MAC and the flow label
-        # are zero here and come from terms of their own below (selects per plane / mode)
-        fx = Cat(
-            Const(0, 48), _wire(g.src_mac, 6), _wire(Const(_ETHERTYPE_IPV6, 16), 2),
-            Cat(tc[4:8], Const(6, 4)), _wire(Cat(Const(0, 20), tc[0:4]), 3),
-            _wire(cur_ip_len, 2), _zext(Mux(cur_srh, _NH_ROUTING, _NH_UDP), 8),
-            Const(_HOP_LIMIT, 8), _wire(g.src_ip, 16), _wire(entry.da, 16))
-        sf = Cat(           # the 8 SRH bytes before the segment list
-            Const(_NH_UDP, 8), _zext(Cat(Const(0, 1), cur_last_entry + 1), 8),
-            Const(_SRH_TYPE, 8), last_entry, last_entry, Const(0, 24))
-        tl = Cat(           # UDP + BTH + RETH + ImmDt, 40 bytes (+2 zero bytes)
-            _wire(cur_sport, 2), _wire(Const(ROCEV2_PORT, 16), 2), _wire(cur_udp_len, 2),
-            Const(0, 16),
-            cur.opcode, Cat(Const(0, 4), cur_pad, Const(0, 2)), _wire(Const(_PKEY, 16), 2),
-            Const(0, 8), _wire(cur.dest_qpn, 3), Cat(Const(0, 7), cur.last), _wire(cur.psn, 3),
-            _wire(cur.va, 8), _wire(cur.rkey, 4), _wire(cur.length, 4),
-            Const(0, 48))
+        # Each section in lane order, every field at its wire_format place (fixed fields
+        # at their fixed values).  Ethernet + IPv6, 54 bytes; the destination MAC and the
+        # flow label are zero here and come from terms of their own below (selects per
+        # plane / mode)
+        fx = _section(_DATA, 0, _FX_BYTES, {
+            ("eth", "dst"): Const(0, 48), ("eth", "src"): g.src_mac,
+            ("ipv6", "tc"): tc, ("ipv6", "fl"): Const(0, 20), ("ipv6", "plen"): cur_ip_len,
+            ("ipv6", "nh"): Mux(cur_srh, wf.NH_ROUTING, wf.NH_UDP),
+            ("ipv6", "src"): g.src_ip, ("ipv6", "dst"): entry.da})
+        srh_at = _FX_BYTES          # the 8 SRH bytes before the segment list
+        sf = _section(wf.layout("data", 2), srh_at, srh_at + wf.SRH_FIXED.length, {
+            ("srh", "len"): Cat(Const(0, 1), cur_last_entry + 1),        # 2n
+            ("srh", "segleft"): last_entry, ("srh", "lastentry"): last_entry})
+        tl = Cat(           # UDP + BTH + RETH, 36 bytes (+6 zero bytes); ImmDt: own term
+            _section(_DATA, _FX_BYTES, _DATA.header_bytes, {
+                ("udp", "sport"): cur_sport, ("udp", "len"): cur_udp_len,
+                ("bth", "opcode"): cur.opcode, ("bth", "padcount"): cur_pad,
+                ("bth", "dqpn"): cur.dest_qpn, ("bth", "ackreq"): cur.last,
+                ("bth", "psn"): cur.psn, ("reth", "va"): cur.va, ("reth", "rkey"): cur.rkey,
+                ("reth", "dmalen"): cur.length}),
+            Const(0, 8 * (_TL_BYTES - (_DATA.header_bytes - _FX_BYTES))))
 
         # The beat: an AND-OR over the registered one-hot selects (no decoder, no
         # priority chain in front of the output register).
-        z16, z48 = Const(0, 16), Const(0, 48)
-        terms = [(st[FX + i], fx[64 * i:64 * i + 64]) for i in range(6)]
+        z16, z48 = Const(0, 8 * _HEAD), Const(0, 8 * _SPLIT)
+        terms = [(st[FX + i], fx[_WIDTH * i:_WIDTH * i + _WIDTH]) for i in range(_FX_BEATS)]
         terms += [
-            (st[B6], Cat(_bytes(fx, 48, 54), z16)),
-            (st[J0], Cat(_bytes(sf, 2, 8), z16)),
-            (st[JO], _bytes(seg_word, 2, 10)),
+            (st[B6], Cat(_bytes(fx, _LANES * _FX_BEATS, _FX_BYTES), z16)),
+            (st[J0], Cat(_bytes(sf, _HEAD, wf.SRH_FIXED.length), z16)),
+            (st[JO], _bytes(seg_word, _HEAD, _HEAD + _LANES)),
             (st[JE], Cat(seg_hold, z16)),
-            (sel_sf01, Cat(z48, sf[:16])),
-            (sel_tl01, Cat(z48, tl[:16])),
-            (sel_seg01, Cat(z48, seg_word[:16])),
+            (sel_sf01, Cat(z48, sf[:8 * _HEAD])),
+            (sel_tl01, Cat(z48, tl[:8 * _HEAD])),
+            (sel_seg01, Cat(z48, seg_word[:8 * _HEAD])),
         ]
-        terms += [(st[T + i], _bytes(tl, 2 + 8 * i, 10 + 8 * i)) for i in range(5)]
-        terms += [(t4_imm, Cat(z16, _wire(cur.imm, 4), z16))]     # ImmDt: T4 bytes 2..5
-        terms += [(mac_sel[i], Cat(_wire(self.next_hop_mac[i], 6), z16))   # FX0 bytes 0..5
+        terms += [(st[T + i], _bytes(tl, _HEAD + _LANES * i, _HEAD + _LANES * (i + 1)))
+                  for i in range(_TAIL)]
+        imm_f = _IMM.field("immdt", "imm")                            # ImmDt: T4 bytes 2..5
+        (imm_beat,) = {pc.beat for pc in imm_f.pieces(_WIDTH)}
+        assert _states(_IMM)[imm_beat] == T + _TAIL - 1
+        terms += [(t4_imm, _in_beat(imm_f, cur.imm, imm_beat))]
+        dst_f = _DATA.field("eth", "dst")                             # FX0 bytes 0..5
+        terms += [(mac_sel[i], _in_beat(dst_f, self.next_hop_mac[i], 0))
                   for i in range(self.ports)]
-        fl = entry.ev[0:20]                                           # flow label: bytes 15..17
-        terms += [(fl_sel1, Cat(Const(0, 56), fl[16:20], Const(0, 4))),
-                  (fl_sel2, Cat(_wire(fl[0:16], 2), z48))]
+        fl = entry.ev[0:_FL.width]                                    # flow label: bytes 15..17
+        terms += [(fl_sel1, _in_beat(_FL, fl, _FL_BEATS[0])),
+                  (fl_sel2, _in_beat(_FL, fl, _FL_BEATS[1]))]
         d = Signal(64)
         m.d.comb += d.eq(_or_tree([Mux(sel, value, 0) for sel, value in terms]))
 
@@ -372,15 +502,20 @@ class HeaderGen(wiring.Component):
         # registered beat through one LUT (a second AND-OR, or the forcing in front of
         # the output register, would duplicate the beat's OR tree).
         srv6 = cur_srv6
-        ones_of = {FX + 0: 0xFFFF << 48, FX + 1: 0xFF0F_FFFF_FFFF_FFFF,
-                   FX + 2: 0x0000_FF00_0000_FFFF, T + 0: 0x0000_FFFF_0000_0000,
-                   T + 1: 0x0000_0000_00FF_0000}
-        zeros_of = {FX + 5: 0xFFFF_FFFF_FFFF_0000, B6: 0x0000_FFFF_FFFF_FFFF, J0: 0xFF00}
+        ones_of = _state_masks(_ones_bits)         # (FX0..2, T0, T1)
+        zeros_of = _state_masks(_srv6_zero_bits)   # (FX5, B6, J0)
         assert all(mask >> (4 * i) & 0xF in (0, 0xF)
                    for mask in list(ones_of.values()) + list(zeros_of.values()) for i in range(16))
 
         def nibble_states(masks, i):
             return [st[k] for k, mask in masks.items() if mask >> (4 * i) & 0xF]
+
+        # The peer uSID: DA bytes 4..5, after the locator block (FX5 lanes 2..3)
+        usid_beat, usid_lane = wf.beat_lane(_DATA.field("ipv6", "dst").byte + _BLOCK_BYTES,
+                                            _WIDTH)
+        assert usid_lane + 2 <= _LANES
+        usid_st = _states(_DATA)[usid_beat]
+        usid_lo = 8 * usid_lane
 
         set_n = Signal(16)        # per nibble of the output beat: forced to ones
         clr_n = Signal(16)        # ... to zeros (SRV6; DA bytes 4..5 then take the uSID)
@@ -392,20 +527,21 @@ class HeaderGen(wiring.Component):
                                for i in range(16)])),
                 clr_n.eq(Cat(*[srv6 & _or_tree(nibble_states(zeros_of, i))
                                if nibble_states(zeros_of, i) else Const(0) for i in range(16)])),
-                usid_n.eq(srv6 & st[FX + 5]),
+                usid_n.eq(srv6 & st[usid_st]),
                 usid_q.eq(_wire(cur.peer_usid, 2)),
             ]
         tdata = self.m_axis.tdata
-        usid = Cat(Const(0, 16), usid_q, Const(0, 32))
+        usid = Cat(Const(0, usid_lo), usid_q, Const(0, _WIDTH - usid_lo - len(usid_q)))
         v = Cat(*[
             (tdata[4 * i:4 * i + 4] & ~clr_n[i].replicate(4)) | set_n[i].replicate(4)
-            | (Mux(usid_n, usid[4 * i:4 * i + 4], 0) if 4 <= i < 8 else 0)
+            | (Mux(usid_n, usid[4 * i:4 * i + 4], 0) if usid_lo <= 4 * i < usid_lo + 16 else 0)
             for i in range(16)])
         out_port = Signal(3)
         m.d.comb += self.m_axis.tuser.eq(Cat(v, out_port))
 
         # Last beat: 2 bytes (no ImmDt) or 6 bytes (ImmDt).
-        last_keep = Mux(cur_imm, 0x3F, 0x03)
+        last_keep = Mux(cur_imm, wf.last_keep(_IMM.header_bytes, _WIDTH),
+                        wf.last_keep(_DATA.header_bytes, _WIDTH))
         with m.If(advance):
             m.d.sync += out_valid.eq(cur_valid)
             with m.If(cur_valid):
