@@ -51,7 +51,8 @@ Header positions.  IPv6 ends at byte 54; an SRH is a multiple of 8 bytes, so
 the UDP header always starts at byte lane 6 of beat ``b0`` = 6 (no SRH) or
 7 + Hdr Ext Len (SRH), and every transport field sits at a fixed lane of beat
 ``b0 + k``.  The payload starts in beat ``b0 + 5`` (lane 2, or lane 6 after an
-ImmDt).
+ImmDt).  These beats and lanes, and those of the fields the checks read, are derived
+from ``mrcnic.wire_format`` (the frame geometry below, for 64-bit beats).
 
 Sources: RFC 8200 (IPv6), RFC 8754 (SRH), RFC 9800 (NEXT-CSID arrival DA), IBTA
 Vol. 1 ch. 9 (BTH, RETH, AETH, ImmDt), IBTA RoCEv2 annex A17 (UDP 4791, ICRC),
@@ -66,6 +67,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mrcnic import wire
+from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
 from .layouts import EvMode, MemRegion, RxPacket, RxQpContext
@@ -75,10 +78,11 @@ __all__ = ["RxParser", "DropReason", "CNT_RD_LATENCY"]
 #: Cycles from a ``cnt_rd_stb`` cycle to the first cycle ``cnt_rd_data`` shows the counter.
 CNT_RD_LATENCY = 6
 
-ETHERTYPE_IPV6 = 0x86DD
-NH_UDP, NH_ROUTING, SRH_TYPE = 17, 43, 4
-ROCEV2_PORT = 4791
-OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_ACK, OP_PROBE = 0x0A, 0x0B, 0x11, 0xC0
+ETHERTYPE_IPV6 = wf.ETHERNET["type"].value                       # 0x86DD
+NH_UDP, NH_ROUTING, SRH_TYPE = wf.NH_UDP, wf.NH_ROUTING, wf.SRH_FIXED["type"].value
+ROCEV2_PORT = wf.UDP["dport"].value                               # 4791
+OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_ACK, OP_PROBE = (
+    wire.OP_WRITE_ONLY, wire.OP_WRITE_ONLY_IMM, wire.OP_ACK, wire.OP_PROBE)
 MAX_DMALEN = 4096
 MAX_PAYLOAD_WORDS = MAX_DMALEN // 8 + 1   #: payload words one frame may write
 HDR_SLOTS = 7                             #: buffer words before a record's payload
@@ -138,8 +142,90 @@ def _bitrev32(v: int) -> int:
     return int(f"{v:032b}"[::-1], 2)
 
 
+# ---------------------------------------------------------------- frame geometry
+# Field positions (mrcnic.wire_format) on 64-bit beats.  The parser's beat tracking is
+# written for 8-byte beats; the asserts hold what it relies on.
+_WIDTH = 64                                     # data width, bits
+_LANES = wf.beat_bytes(_WIDTH)                  # byte lanes per beat
+_DATA = wf.layout("data")                       # no SRH, no ImmDt
+_LAYOUTS = [wf.layout(kind, n, imm) for kind in ("data", "ack", "probe")
+            for n in range(1, wire.MAX_USIDS // wire.USIDS_PER_CARRIER + 1)
+            for imm in ((False, True) if kind == "data" else (False,))]
+# The UDP header starts at lane 6 of beat b0: 6 without an SRH, 7 + Hdr Ext Len with one
+# (the SRH is 8 + 8 Hdr Ext Len bytes, RFC 8200 / 8754: Hdr Ext Len in 8-byte units).
+_B0, _UDP_LANE = wf.beat_lane(_DATA.offset("udp"), _WIDTH)             # 6, 6
+_HEL_UNIT = 8
+assert _HEL_UNIT == _LANES and wf.SRH_FIXED.length == _LANES and _UDP_LANE == 6
+assert all(lay.offset("udp") == _DATA.offset("udp") + (lay.header("srh").length if "srh" in lay
+                                                        else 0) for lay in _LAYOUTS)
+_REL_LAST = _UDP_LANE - 1       # frame bytes - 1 from beat b0's first byte = UDP length + 5
+_SRH_ADJ = wf.SRH_FIXED.length - _REL_LAST      # ... = IPv6 payload length - 8 Hdr Ext Len - 3
+assert 0 <= _SRH_ADJ < _HEL_UNIT
+
+
+def _l4_len(lay):
+    """UDP length of a payload-free ``lay`` frame: UDP .. ICRC."""
+    return lay.frame_bytes() - lay.offset("udp")
+
+
+def _ext_len(lay):
+    """Bytes of the headers after the BTH (RETH [+ ImmDt], AETH + MRCSack, MRCProbe)."""
+    return lay.header_bytes - lay.offset("bth") - wf.BTH.length
+
+
+def _fpos(header, name, lay=None):
+    """Field ``name`` of ``header`` at its place in a frame without SRH (SRH fields: in a
+    frame with an SRH; ACK, probe and ImmDt fields: in those frames)."""
+    if lay is None:
+        lay = _FPOS_LAYOUT.get(header, _DATA)
+    return lay.field(header, name)
+
+
+_FPOS_LAYOUT = {"srh": wf.layout("data", 2), "aeth": wf.layout("ack"), "sack": wf.layout("ack"),
+                "probe": wf.layout("probe"), "immdt": wf.layout("data", imm=True)}
+
+
+def _beat_of(fp):
+    """The one beat field ``fp`` lies in (asserted)."""
+    (beat,) = {pc.beat for pc in fp.pieces(_WIDTH)}
+    return beat
+
+
+def _rel_of(fp):
+    """The beat of a transport field relative to b0 (the same with or without an SRH)."""
+    assert fp.byte >= _DATA.offset("udp"), (fp.header, fp.field.name)
+    return _beat_of(fp) - _B0
+
+
+def _lanes_of(fp):
+    """The byte lanes field ``fp`` occupies in its beat."""
+    return [pc.lane for pc in fp.pieces(_WIDTH)]
+
+
+def _view_ones():
+    """{beat: 64-bit mask} of the bits forced to ones in the ICRC view of a frame without
+    SRH (the pseudo LRH and the masked fields), in beat order; an SRH, a multiple of 8 bytes
+    with no masked field, moves the transport beats' masks by whole beats."""
+    bits = list(range(8 * wf.ICRC_FIRST_BYTE, 8 * (wf.ICRC_FIRST_BYTE + wf.LRH_BYTES)))
+    bits += [b for fp in _DATA.fields() if fp.field.masked
+             for b in range(fp.bit, fp.bit + fp.width)]
+    out = {}
+    for bit in bits:
+        (pc,) = wf.FieldPos("", wf.Field("", bit, 1), bit).pieces(_WIDTH)
+        out[pc.beat] = out.get(pc.beat, 0) | 1 << pc.lo
+    assert not any(fp.field.masked for lay in _LAYOUTS if "srh" in lay
+                   for fp in lay.fields() if fp.header == "srh")
+    return dict(sorted(out.items()))
+
+
+_VIEW_ONES = _view_ones()
+# Beat 0's forced bytes (6, 7: the pseudo LRH's first) are folded into a constant CRC state;
+# the others are beats 1 and 2 (LRH, TC, flow label, hop limit) and b0 + 1, b0 + 2 (UDP
+# checksum, BTH FECN/BECN/resv6): ``mk_next`` selects their masks one beat ahead.
+assert list(_VIEW_ONES) == [0, 1, 2, _B0 + 1, _B0 + 2]
+assert _VIEW_ONES[0] == (1 << _WIDTH) - (1 << 8 * wf.ICRC_FIRST_BYTE)
 #: CRC register after the first beat of the ICRC view (bytes 6, 7 = 0xFF; bytes 0..5 excluded)
-_CRC_AFTER_BEAT0 = _bitrev32(zlib.crc32(b"\xff\xff") ^ 0xFFFFFFFF)
+_CRC_AFTER_BEAT0 = _bitrev32(zlib.crc32(b"\xff" * (_LANES - wf.ICRC_FIRST_BYTE)) ^ 0xFFFFFFFF)
 assert CRC32_INIT == 0xFFFFFFFF
 #: CRC value (zlib form) of a correct frame followed by k zero bytes, k = 0..7: the last
 #: beat is zero-filled beyond tkeep, so a frame of length L ends with (-L) % 8 zero bytes.
@@ -490,6 +576,11 @@ class RxParser(wiring.Component):
         def be(*lanes):                    # big-endian field from lanes (first = MSB)
             return Cat(*[lane(i) for i in reversed(lanes)])
 
+        def fld(fp, beat=None):            # field ``fp`` (its part in ``beat``) from the beat
+            pcs = [pc for pc in fp.pieces(_WIDTH) if beat is None or pc.beat == beat]
+            assert beat is not None or len({pc.beat for pc in pcs}) == 1
+            return Cat(*[td[pc.lo:pc.hi] for pc in sorted(pcs, key=lambda pc: pc.value_lo)])
+
         beat = Signal(range(max_beats + 1))      # index of the current beat in its frame
         baddr = Signal(abits + 1, init=1)  # buffer address of this beat's word: commit_ptr + 1
                                            # (+ rel while l4)
@@ -527,7 +618,8 @@ class RxParser(wiring.Component):
         l4 = Signal()
         rel = _data(range(max_beats + 1))
         pre = Signal()                     # SRH: rel counts down to b0 (from Hdr Ext Len - 1)
-        hel_now = lane(7)                  # SRH Hdr Ext Len (byte 55) in beat 6
+        hel_f = _fpos("srh", "len")
+        hel_now = fld(hel_f)               # SRH Hdr Ext Len (byte 55) in beat 6
         hel_z = i_l7z                      # ... == 0 (from the input register)
         ar = Signal(8)                     # one-hot: ar[k] = l4 & (rel == k), k < 8
         # registered rel decodes: ge6/ge7 (rel >= 6 / 7 while l4), rel_sat (rel == max_beats:
@@ -546,9 +638,9 @@ class RxParser(wiring.Component):
                     m.d.sync += [rel.eq(rel + 1), baddr.eq(baddr + 1),
                                  rel_sat.eq(rel == max_beats - 1), at_pe.eq(rel == PE - 1),
                                  ge6.eq(ge6 | ar[5]), ge7.eq(ge7 | ar[6])]
-                with m.If(bt[5] & ~has_srh):
+                with m.If(bt[_B0 - 1] & ~has_srh):
                     m.d.comb += l4_start.eq(1)
-                with m.If(bt[6] & has_srh):
+                with m.If(bt[_beat_of(hel_f)] & has_srh):
                     with m.If(hel_z):
                         m.d.comb += l4_start.eq(1)
                     with m.Else():
@@ -576,20 +668,25 @@ class RxParser(wiring.Component):
         eth_bad, ver_bad, trim_r = _data(), _data(), _data()     # (eth_bad: frame >= 14 bytes)
         with m.If(fire & first):
             m.d.sync += eth_bad.eq(0)
-        with m.If(fire & bt[1]):
-            tc_hi, tc_lo = lane(6)[0:4], lane(7)[4:8]
-            m.d.sync += [eth_bad.eq((be(4, 5) != ETHERTYPE_IPV6) & (~i_last | (nl1 >= 5))),
-                         ver_bad.eq(lane(6)[4:8] != 6),
-                         trim_r.eq(Cat(tc_lo[2:4], tc_hi) == self.trim_dscp)]
+        type_f, ver_f, tc_f = _fpos("eth", "type"), _fpos("ipv6", "version"), _fpos("ipv6", "tc")
+        assert _beat_of(type_f) == _beat_of(ver_f) == _beat_of(tc_f)
+        with m.If(fire & bt[_beat_of(type_f)]):
+            # (the EtherType is there when the beat reaches its last lane; DSCP = TC >> 2)
+            m.d.sync += [eth_bad.eq((fld(type_f) != ETHERTYPE_IPV6)
+                                    & (~i_last | (nl1 >= _lanes_of(type_f)[-1]))),
+                         ver_bad.eq(fld(ver_f) != ver_f.field.value),
+                         trim_r.eq(fld(tc_f)[2:8] == self.trim_dscp)]
         # plen: the IPv6 payload length (beat 2); from beat 7 on the UDP length + 5 (= SRH
         # length subtracted): a frame of the right length ends at rel, bytes - 1 =
         # plen >> 3, plen & 7.  18 bits, two's complement (negative: never equal to a
         # 16-bit field).
         plen = _data(18)
         nh_udp = _data()
-        with m.If(fire & bt[2]):
-            m.d.sync += [plen.eq(be(2, 3)), nh_udp.eq(lane(4) == NH_UDP),
-                         has_srh.eq(lane(4) == NH_ROUTING)]
+        plen_f, nh_f = _fpos("ipv6", "plen"), _fpos("ipv6", "nh")
+        assert _beat_of(plen_f) == _beat_of(nh_f)
+        with m.If(fire & bt[_beat_of(plen_f)]):
+            m.d.sync += [plen.eq(fld(plen_f)), nh_udp.eq(fld(nh_f) == NH_UDP),
+                         has_srh.eq(fld(nh_f) == NH_ROUTING)]
 
         # DA (bytes 38..53: beat 4 lanes 6-7, beat 5, beat 6 lanes 0-5) against both forms
         da_srv6 = Cat(Const(0, 80), self.own_usid, self.locator_block)
@@ -604,7 +701,10 @@ class RxParser(wiring.Component):
         da6, dip = _data(), _data()
         da_p = Signal(3)                   # the pieces hold the compares of beat 4, 5, 6
         da_s, da_i = [], []                # per beat: all pieces equal (SRV6 form, own_ip)
-        for bi, (lanes, j0) in enumerate((([6, 7], 0), (list(range(8)), 2), (list(range(6)), 10))):
+        da_spans = _fpos("ipv6", "dst").spans(_WIDTH)
+        assert len(da_spans) == 3
+        for bi, (lanes, j0) in enumerate((list(range(sp.lane, sp.lane + sp.nlanes)), sp.first)
+                                         for sp in da_spans):
             ps, pi = [], []
             for k in range(0, len(lanes), 2):
                 gs, gi = _data(name=f"da_s{bi}_{k // 2}"), _data(name=f"da_i{bi}_{k // 2}")
@@ -614,7 +714,7 @@ class RxParser(wiring.Component):
                 pi.append(gi)
             da_s.append(Cat(*ps).all())
             da_i.append(Cat(*pi).all())
-        m.d.sync += da_p.eq(Cat(fire & bt[4], fire & bt[5], fire & bt[6]))
+        m.d.sync += da_p.eq(Cat(*[fire & bt[sp.beat] for sp in da_spans]))
         with m.If(da_p[0]):
             m.d.sync += [da6.eq(da_s[0]), dip.eq(da_i[0])]
         with m.If(da_p[1]):
@@ -623,40 +723,57 @@ class RxParser(wiring.Component):
             m.d.sync += [da6.eq(da6 & da_s[2]), dip.eq(dip & da_i[2])]
 
         srh_nh_udp, srh_type_ok, srh_bad = _data(), _data(), _data()
-        with m.If(fire & bt[6]):
-            m.d.sync += [srh_nh_udp.eq(lane(6) == NH_UDP),
-                         plen.eq(plen - Mux(has_srh, Cat(Const(3, 3), hel_now), -5))]
-        with m.If(fire & bt[7]):
+        srh_nh_f = _fpos("srh", "nh")
+        assert _beat_of(srh_nh_f) == _beat_of(hel_f) == _B0 and _lanes_of(hel_f) == [7]
+        hel_bits = (_HEL_UNIT - 1).bit_length()           # 8 Hdr Ext Len = Hdr Ext Len << 3
+        with m.If(fire & bt[_beat_of(srh_nh_f)]):
+            m.d.sync += [srh_nh_udp.eq(fld(srh_nh_f) == NH_UDP),
+                         plen.eq(plen - Mux(has_srh, Cat(Const(_SRH_ADJ, hel_bits), hel_now),
+                                            -_REL_LAST))]
+        srh_type_f, sl_f, le_f = _fpos("srh", "type"), _fpos("srh", "segleft"), \
+            _fpos("srh", "lastentry")
+        assert _beat_of(srh_type_f) == _beat_of(sl_f) == _beat_of(le_f) == _B0 + 1
+        seg_units = wf.SRH_SEGMENT_BYTES // _HEL_UNIT     # Hdr Ext Len units per segment
+        with m.If(fire & bt[_beat_of(srh_type_f)]):
             # Hdr Ext Len < 2 * (Last Entry + 1); in beat 7, rel = Hdr Ext Len - 1 when pre
             # is set, and Hdr Ext Len = 0 when not
-            m.d.sync += [srh_type_ok.eq(lane(0) == SRH_TYPE),
-                         srh_bad.eq((lane(1) != 0) | ~pre | (rel < 2 * lane(2) + 1))]
+            m.d.sync += [srh_type_ok.eq(fld(srh_type_f) == SRH_TYPE),
+                         srh_bad.eq((fld(sl_f) != 0) | ~pre | (rel < seg_units * fld(le_f) + 1))]
         tw_bad = self._srh_tlv_walk(m, fire, i_last, lane, bt[7], pre, rel, at_rel(0), has_srh)
         # udp_len = plen - 5 from beat 7 on, registered at beat 6 (plen_m8 = IPv6 payload
         # length - 8, registered between beats 2 and 6)
         udp_len, plen_m8 = _data(18), _data(18)
-        m.d.sync += plen_m8.eq(plen - 8)
-        with m.If(fire & bt[6]):
-            m.d.sync += udp_len.eq(Mux(has_srh, plen_m8 - Cat(Const(0, 3), hel_now), plen))
+        m.d.sync += plen_m8.eq(plen - wf.SRH_FIXED.length)
+        with m.If(fire & bt[_beat_of(hel_f)]):
+            m.d.sync += udp_len.eq(Mux(has_srh, plen_m8 - Cat(Const(0, hel_bits), hel_now), plen))
 
         # transport fields: byte x of the UDP header is lane (x + 6) % 8 of beat b0 + (x + 6) // 8
         opcode = _data(8)
         dport_bad, ulen_bad, bth_bad = _data(), _data(), _data()
         pad = _data(2)
-        with m.If(fire & at_rel(1)):
-            m.d.sync += [dport_bad.eq(be(0, 1) != ROCEV2_PORT),
-                         ulen_bad.eq(be(2, 3) != udp_len),
-                         opcode.eq(lane(6)), pad.eq(lane(7)[4:6]),
-                         bth_bad.eq(lane(7)[0:4] != 0)]
+        dport_f, ulen_f = _fpos("udp", "dport"), _fpos("udp", "len")
+        op_f, pad_f, tver_f = _fpos("bth", "opcode"), _fpos("bth", "padcount"), \
+            _fpos("bth", "version")
+        r1 = _rel_of(dport_f)
+        assert r1 == _rel_of(ulen_f) == _rel_of(op_f) == _rel_of(pad_f) == _rel_of(tver_f)
+        with m.If(fire & at_rel(r1)):
+            m.d.sync += [dport_bad.eq(fld(dport_f) != ROCEV2_PORT),
+                         ulen_bad.eq(fld(ulen_f) != udp_len),
+                         opcode.eq(fld(op_f)), pad.eq(fld(pad_f)),
+                         bth_bad.eq(fld(tver_f) != tver_f.field.value)]
         is_data, has_imm, is_ack, is_probe = _data(), _data(), _data(), _data()  # opcode decoded
-        with m.If(fire & at_rel(1)):
-            m.d.sync += [is_data.eq((lane(6) == OP_WRITE_ONLY) | (lane(6) == OP_WRITE_ONLY_IMM)),
-                         has_imm.eq(lane(6) == OP_WRITE_ONLY_IMM),
-                         is_ack.eq(lane(6) == OP_ACK), is_probe.eq(lane(6) == OP_PROBE)]
+        with m.If(fire & at_rel(r1)):
+            m.d.sync += [is_data.eq((fld(op_f) == OP_WRITE_ONLY)
+                                    | (fld(op_f) == OP_WRITE_ONLY_IMM)),
+                         has_imm.eq(fld(op_f) == OP_WRITE_ONLY_IMM),
+                         is_ack.eq(fld(op_f) == OP_ACK), is_probe.eq(fld(op_f) == OP_PROBE)]
         qp_hit = _data(qps)
-        with m.If(fire & at_rel(2)):
-            dqpn = be(3, 4, 5)
-            m.d.sync += [bth_bad.eq(bth_bad | (be(0, 1) != 0xFFFF)),
+        pkey_f, dqpn_f = _fpos("bth", "pkey"), _fpos("bth", "dqpn")
+        r2 = _rel_of(pkey_f)
+        assert r2 == _rel_of(dqpn_f)
+        with m.If(fire & at_rel(r2)):
+            dqpn = fld(dqpn_f)
+            m.d.sync += [bth_bad.eq(bth_bad | (fld(pkey_f) != pkey_f.field.value)),
                          qp_hit.eq(Cat(*[qp_valid[i] & (qp_qpn[i] == dqpn) for i in range(qps)]))]
         qp_found = qp_hit.any()
         qp_first = Signal(qps)             # one-hot: the lowest matching QP context
@@ -680,18 +797,25 @@ class RxParser(wiring.Component):
         rec_size = _data(10)               # words of the record if it is a candidate
         rec_size1 = _data(11)              # rec_size + 1
         trimmed = _data()                  # DATA frame with the trim DSCP (from rel 2)
-        l4_fixed = Cat(pad, has_imm, Const(0b101, 3))     # 8 + 12 + 16 (+ 4) + pad
-        with m.If(fire & at_rel(2)):
-            m.d.sync += [dm_ap.eq((is_ack & (plen != 48 + 5)) | (is_probe & (plen != 36 + 5))),
+        # 8 + 12 + 16 + 4 (+ 4) + pad: UDP .. ICRC of a payload-free DATA frame (+ ImmDt)
+        assert _l4_len(_DATA) % 8 == 0 and wf.IMMDT.length == 4
+        l4_fixed = Cat(pad, has_imm, Const(_l4_len(_DATA) >> 3, 3))
+        ack_l4, probe_l4 = _l4_len(wf.layout("ack")), _l4_len(wf.layout("probe"))   # 48, 36
+        with m.If(fire & at_rel(r1 + 1)):
+            m.d.sync += [dm_ap.eq((is_ack & (plen != ack_l4 + _REL_LAST))
+                                  | (is_probe & (plen != probe_l4 + _REL_LAST))),
                          dm_hi.eq(0), dm_zero.eq(0), dm_gt.eq(0), dm_pad.eq(0),
                          dm_lo_ne.eq(0), dm_hi_ne.eq(0), trimmed.eq(is_data & trim_r),
                          copy.eq(0), rec_size.eq(HDR_SLOTS + 1), rec_size1.eq(HDR_SLOTS + 2),
                          exp_dml.eq(udp_len - l4_fixed)]
-        with m.If(fire & at_rel(4) & is_data):
-            m.d.sync += dm_hi.eq(be(6, 7) != 0)
-        m.d.sync += dm_pend.eq(fire & at_rel(5) & is_data)
-        with m.If(fire & at_rel(5) & is_data):
-            dml = be(0, 1)                 # dmalen[0:16]
+        dml_f = _fpos("reth", "dmalen")
+        dml_hi_rel, dml_lo_rel = sorted({pc.beat - _B0 for pc in dml_f.pieces(_WIDTH)})
+        with m.If(fire & at_rel(dml_hi_rel) & is_data):
+            m.d.sync += dm_hi.eq(fld(dml_f, _B0 + dml_hi_rel) != 0)
+        m.d.sync += dm_pend.eq(fire & at_rel(dml_lo_rel) & is_data)
+        with m.If(fire & at_rel(dml_lo_rel) & is_data):
+            dml = fld(dml_f, _B0 + dml_lo_rel)              # dmalen[0:16]
+            assert len(dml) == 16
             short = trimmed | i_last
             m.d.sync += [dm_zero.eq(dml == 0), dm_gt.eq(dml > MAX_DMALEN),
                          dm_pad.eq(pad != (-dml)[0:2]),
@@ -714,10 +838,10 @@ class RxParser(wiring.Component):
         mk_next = [first & ~i_last, mk_b1 & ~i_last, at_rel(0) & ~i_last, mk_r1 & ~i_last]
         with m.If(fire):
             m.d.sync += [mk_b1.eq(mk_next[0]), mk_r1.eq(mk_next[2])]
-        masks = [0xFF0FFFFFFFFFFFFF,       # beat 1: bytes 8..13, TC, FL
-                 0x0000FF000000FFFF,       # beat 2: FL, hop limit
-                 0x0000FFFF00000000,       # rel 0: UDP checksum
-                 0x0000000000FF0000]       # rel 1: BTH byte 4
+        masks = [_VIEW_ONES[1],            # beat 1: bytes 8..13, TC, FL
+                 _VIEW_ONES[2],            # beat 2: FL, hop limit
+                 _VIEW_ONES[_B0 + 1],      # rel 1 (selected at rel 0): UDP checksum
+                 _VIEW_ONES[_B0 + 2]]      # rel 2 (selected at rel 1): BTH byte 4
         # one registered select per set of masks covering a nibble (the mask is one flip-flop
         # and the beat's bit away from the XOR network)
         mk_sel = {}
@@ -761,8 +885,12 @@ class RxParser(wiring.Component):
         too_long = past_lim | (at_lim & (nl1 >= lim_r))
         ef_framing, ef_runt, ef_len = _data(), _data(), _data()
         v_valid = Signal()
-        ext = Mux(is_data, Mux(has_imm, 20, 16), Mux(is_ack, 24, Mux(is_probe, 12, 0)))
-        runt_l4 = ~l4 | (rel_lt7 & (Cat(nl1, rel[0:3]) + 1 < 30 + ext))
+        ext = Mux(is_data, Mux(has_imm, _ext_len(wf.layout("data", imm=True)), _ext_len(_DATA)),
+                  Mux(is_ack, _ext_len(wf.layout("ack")),
+                      Mux(is_probe, _ext_len(wf.layout("probe")), 0)))
+        # bytes from beat b0's first up to the end of the ICRC: 6 + UDP + BTH + ext + ICRC
+        l4_min = _UDP_LANE + wf.UDP.length + wf.BTH.length + wf.ICRC.length           # 30
+        runt_l4 = ~l4 | (rel_lt7 & (Cat(nl1, rel[0:3]) + 1 < l4_min + ext))
         with m.If(fire & i_last):
             m.d.sync += [
                 ef_framing.eq(bad_keep | beat_bad | too_long | port_bad),
@@ -851,13 +979,20 @@ class RxParser(wiring.Component):
         # beat 2 -> slot 1; beat b0 + k -> slot 1 + k (k = 1..6, and up to the last payload
         # word for DATA).  Words x0.. are realigned by 6 lanes (x = 8j .. 8j + 7), the payload
         # of a DATA frame without ImmDt by 2 lanes (it starts at x36).
-        prev = _data(48)                  # bytes 2..7 of the previous beat
+        # (the words start at the UDP header's lane, 6, slot 1 with IPv6 byte 0 too; a DATA
+        # payload without ImmDt at lane 2 (x36), with ImmDt at lane 6 (x40))
+        pay_lane = _DATA.header_bytes % _LANES                                  # 2
+        slot1_beat = _beat_of(_fpos("ipv6", "plen"))   # last beat of bytes 14..21 (beat 2)
+        assert _DATA.offset("ipv6") % _LANES == _UDP_LANE and 0 < pay_lane < _UDP_LANE
+        assert wf.layout("data", imm=True).header_bytes % _LANES == _UDP_LANE
+        assert slot1_beat == (_DATA.offset("ipv6") + _LANES - 1) // _LANES
+        prev = _data(8 * (_LANES - pay_lane))   # bytes 2..7 of the previous beat
         with m.If(fire):
-            m.d.sync += prev.eq(td[16:64])
+            m.d.sync += prev.eq(td[8 * pay_lane:_WIDTH])
         # beat_wr: this beat writes a buffer word (beat 2, rel 1..6, DATA payload words up to
         # pay_end), registered when the previous beat is taken
         beat_wr, beat_wr_next = Signal(), Signal()
-        m.d.comb += beat_wr_next.eq(Mux(fire, ~i_last & (bt[1] | (l4 & (~ge6 | (
+        m.d.comb += beat_wr_next.eq(Mux(fire, ~i_last & (bt[slot1_beat - 1] | (l4 & (~ge6 | (
             is_data & ~pay_end & ~at_pe)))), beat_wr))
         m.d.sync += beat_wr.eq(beat_wr_next)
         shift2 = l4 & is_data & ~has_imm & rel_ge6
@@ -881,7 +1016,9 @@ class RxParser(wiring.Component):
         m.d.sync += [wr_meta.eq(mw_v), wr_en.eq(mw_v | (fire & beat_wr)),
                      wr_addr.eq(Mux(mw_v, mw_addr, baddr)),
                      wr_data.eq(Mux(mw_v, mw_data,
-                                    Mux(shift2, Cat(prev, td[0:16]), Cat(prev[32:48], td[0:48]))))]
+                                    Mux(shift2, Cat(prev, td[0:8 * pay_lane]),
+                                        Cat(prev[8 * (_UDP_LANE - pay_lane):],
+                                            td[0:8 * _UDP_LANE]))))]
         # The parser stalls (stall, registered from the next values of its terms) while the
         # beat would write a word that is not free, and while the previous frame's verdict
         # cannot be written (v_valid: the beat is the next frame's first).
