@@ -183,6 +183,8 @@ def _fpos(header, name, lay=None):
 
 _FPOS_LAYOUT = {"srh": wf.layout("data", 2), "aeth": wf.layout("ack"), "sack": wf.layout("ack"),
                 "probe": wf.layout("probe"), "immdt": wf.layout("data", imm=True)}
+assert all(lay.offset("udp") == _DATA.offset("udp")
+           for h, lay in _FPOS_LAYOUT.items() if h != "srh")
 
 
 def _beat_of(fp):
@@ -572,9 +574,6 @@ class RxParser(wiring.Component):
 
         def lane(i):
             return td[8 * i:8 * i + 8]
-
-        def be(*lanes):                    # big-endian field from lanes (first = MSB)
-            return Cat(*[lane(i) for i in reversed(lanes)])
 
         def fld(fp, beat=None):            # field ``fp`` (its part in ``beat``) from the beat
             pcs = [pc for pc in fp.pieces(_WIDTH) if beat is None or pc.beat == beat]
@@ -1115,12 +1114,6 @@ class RxParser(wiring.Component):
         with m.If(adv):
             m.d.sync += rdw.eq(rp.data)
 
-        def rlane(i):
-            return rdw[8 * i:8 * i + 8]
-
-        def rbe(*lanes):
-            return Cat(*[rlane(i) for i in reversed(lanes)])
-
         # the pkt register (kind and has_imm follow from the opcode of an accepted frame)
         o_port, o_qp, o_opcode = _data(3), _data(3), _data(8)
         o_psn, o_last, o_imm, o_va = _data(24), _data(), _data(32), _data(64)
@@ -1175,6 +1168,34 @@ class RxParser(wiring.Component):
         # read order after the meta word: x16.., x24.., x32.. (region check inputs), x0..,
         # bytes 14..21, x40..
         slots = [0, 4, 5, 6, 2, 1, 7]
+
+        def rpieces(fp, k):
+            """The pieces of field ``fp`` in the record word read at HEAD step ``k`` (in rdw
+            at ``hsel[k]``), LSB first: slot 1 holds frame bytes 14..21, slot 2 + j the UDP
+            header's bytes x = 8j .. 8j + 7."""
+            slot = slots[k - 1]             # (ACK / probe fields: UDP at the same offset)
+            base = (_DATA.offset("ipv6") if slot == 1
+                    else _DATA.offset("udp") + _LANES * (slot - 2))
+            word = wf.FieldPos(fp.header, fp.field, fp.bit - 8 * base)   # base at beat 0
+            pcs = [pc for pc in word.pieces(_WIDTH) if pc.beat == 0]
+            assert pcs, (fp.header, fp.field.name, k)
+            return sorted(pcs, key=lambda pc: pc.value_lo)
+
+        def rpart(fp, k):
+            """(value_lo, bits) of the part of field ``fp`` in the word read at step ``k``."""
+            pcs = rpieces(fp, k)
+            return pcs[0].value_lo, Cat(*[rdw[pc.lo:pc.hi] for pc in pcs])
+
+        def word_bits(fp, k):
+            """The word bits (LSB first) holding field ``fp`` at HEAD step ``k``."""
+            return [i for pc in rpieces(fp, k) for i in range(pc.lo, pc.hi)]
+
+        def rfld(fp, k):
+            """Field ``fp``'s bits in the word read at HEAD step ``k`` (the whole field)."""
+            lo, bits = rpart(fp, k)
+            assert lo == 0 and len(bits) == fp.width, (fp.header, fp.field.name)
+            return bits
+
         # registered from rd_ptr and o_len (loaded at hs 4, read at decide >= 8):
         rec_next = _data(abits + 1)        # the next record (a DATA record ends past its payload)
         pay_first = _data(abits + 1)       # the first payload word
@@ -1197,6 +1218,11 @@ class RxParser(wiring.Component):
         # and add works on registers (C: end <= length, then the found flag and o_addr).
         rkey = Cat(a_bpsn, a_flags)
         dmalen = a_bitmap[32:64]
+        # (a DATA frame's rkey and dmalen lie where those ACK fields are loaded from)
+        assert word_bits(_fpos("reth", "rkey"), 3) == (word_bits(_fpos("sack", "base_psn"), 3)
+                                                   + word_bits(_fpos("sack", "flags"), 3))
+        assert (word_bits(_fpos("reth", "dmalen"), 4)
+                == word_bits(_fpos("sack", "bitmap"), 4)[32:64])
         d1_lo, e_end = _data(32), _data(33)
         base_b, addr_c, len_c = _data(32), _data(32), _data(32)
         ok_a, ok_b, found = _data(), _data(), _data()
@@ -1277,39 +1303,48 @@ class RxParser(wiring.Component):
         # (hsel is one-hot: the steps are independent Ifs, no priority chain)
         # Kind-specific fields are zeroed at the meta step (below) and loaded only for their
         # kind: the zeroing is the flip-flops' synchronous reset (one net), no per-bit mux.
+        F = _fpos
+        va_f = F("reth", "va")
         with m.If(hsel[2]):        # x16..23
-            m.d.sync += [o_last.eq(rdw[7]), o_psn.eq(rbe(1, 2, 3))]
+            m.d.sync += [o_last.eq(rfld(F("bth", "ackreq"), 2)),
+                         o_psn.eq(rfld(F("bth", "psn"), 2))]
             with m.If(r_data):
-                m.d.sync += o_va[32:64].eq(rbe(4, 5, 6, 7))
+                lo, bits = rpart(va_f, 2)
+                m.d.sync += o_va[lo:lo + len(bits)].eq(bits)
             with m.If(r_ack):
-                m.d.sync += [a_syn.eq(rlane(4)), a_msn.eq(rbe(5, 6, 7))]
+                m.d.sync += [a_syn.eq(rfld(F("aeth", "syndrome"), 2)),
+                             a_msn.eq(rfld(F("aeth", "msn"), 2))]
         with m.If(hsel[3]):        # x24..31 (rkey kept in ack.flags/base_psn)
-            m.d.sync += [a_flags.eq(rlane(4)), a_bpsn.eq(rbe(5, 6, 7))]
+            m.d.sync += [a_flags.eq(rfld(F("sack", "flags"), 3)),
+                         a_bpsn.eq(rfld(F("sack", "base_psn"), 3))]
             with m.If(r_data):
-                m.d.sync += o_va[0:32].eq(rbe(0, 1, 2, 3))
+                lo, bits = rpart(va_f, 3)
+                m.d.sync += o_va[lo:lo + len(bits)].eq(bits)
             with m.If(r_ack):
-                m.d.sync += a_ev.eq(rbe(0, 1, 2, 3))
+                m.d.sync += a_ev.eq(rfld(F("sack", "ev"), 3))
             with m.If(r_probe):
-                m.d.sync += [o_pid.eq(rbe(2, 3)), o_ts.eq(rbe(4, 5, 6, 7))]
+                m.d.sync += [o_pid.eq(rfld(F("probe", "probe_id"), 3)),
+                             o_ts.eq(rfld(F("probe", "ts"), 3))]
         with m.If(hsel[4]):        # x32..39 (dmalen kept in ack.bitmap)
-            m.d.sync += a_bitmap.eq(rbe(0, 1, 2, 3, 4, 5, 6, 7))
+            m.d.sync += a_bitmap.eq(rfld(F("sack", "bitmap"), 4))
             with m.If(r_data):
-                m.d.sync += o_len.eq(rbe(0, 1, 2, 3)[0:13])
+                m.d.sync += o_len.eq(rfld(F("reth", "dmalen"), 4)[0:len(o_len)])
             with m.If(r_imm):
-                m.d.sync += o_imm.eq(rbe(4, 5, 6, 7))
+                m.d.sync += o_imm.eq(rfld(F("immdt", "imm"), 4))
         with m.If(hsel[5]):        # x0..7: UDP source port
-            sport = rbe(0, 1)
+            sport = rfld(F("udp", "sport"), 5)
             with m.If(r_udp):
                 m.d.sync += o_ev.eq(sport[0:14])
             with m.Else():
                 m.d.sync += o_ev[20:32].eq(sport[0:12])
         with m.If(hsel[6]):        # bytes 14..21: ECN, flow label
-            m.d.sync += o_ecn.eq(rlane(1)[4:6])
+            m.d.sync += o_ecn.eq(rfld(F("ipv6", "tc"), 6)[0:2])
             with m.If(~r_udp):
-                m.d.sync += o_ev[0:20].eq(Cat(rlane(3), rlane(2), rlane(1)[0:4]))
+                fl_f = F("ipv6", "fl")
+                m.d.sync += o_ev[0:fl_f.width].eq(rfld(fl_f, 6))
         with m.If(hsel[7]):        # x40..47
             with m.If(r_ack):
-                m.d.sync += a_ts.eq(rbe(0, 1, 2, 3))
+                m.d.sync += a_ts.eq(rfld(F("sack", "ts"), 7))
         with m.If(hsel[decide]):
             m.d.sync += hsel.eq(0)
             rkey_bad = r_data & ~found
