@@ -243,7 +243,7 @@ class Internals:
         return [p._addr for p in mem._write_ports], [p._addr for p in mem._read_ports]
 
 
-def _sby_text(mode, depth, engine):
+def _sby_text(mode, depth, engine, script=""):
     return f"""[options]
 mode {mode}
 depth {depth}
@@ -255,13 +255,15 @@ multiclock off
 [script]
 read_rtlil top.il
 prep -top top
+{script}
 
 [files]
 top.il
 """
 
 
-def run_formal(wrapper, name, *, mode="prove", depth=20, engine="smtbmc yices", timeout=900):
+def run_formal(wrapper, name, *, mode="prove", depth=20, engine="smtbmc yices", timeout=900,
+               rom_logic=False):
     """Convert ``wrapper`` to RTLIL and run SymbiYosys on it.
 
     Parameters
@@ -278,6 +280,12 @@ def run_formal(wrapper, name, *, mode="prove", depth=20, engine="smtbmc yices", 
         SymbiYosys engine line.
     timeout : int
         Seconds before the run is abandoned (status ``"ERROR"``).
+    rom_logic : bool
+        Map read-only memories to logic (``memory_map -rom-only`` after ``prep``).  Yosys
+        turns a ``switch`` over constants (an ``Array`` of ``Const`` indexed by a signal)
+        into a ROM, and a memory's contents are state that an induction step starts from
+        unconstrained: the table then reads as anything (never a false pass, a false
+        induction failure).  Needed by a k-induction whose block has such a table.
 
     Returns
     -------
@@ -294,7 +302,8 @@ def run_formal(wrapper, name, *, mode="prove", depth=20, engine="smtbmc yices", 
     top.d.comb += cd.rst.eq(0)
     top.submodules.wrapper = wrapper
     (work / "top.il").write_text(rtlil.convert(top, name="top", ports=[cd.clk]))
-    (work / "top.sby").write_text(_sby_text(mode, depth, engine))
+    (work / "top.sby").write_text(_sby_text(mode, depth, engine,
+                                            "memory_map -rom-only" if rom_logic else ""))
     t0 = time.monotonic()
     try:
         proc = subprocess.run(SBY + ["-f", "-d", "job", "top.sby"], cwd=work, capture_output=True,

@@ -7,28 +7,125 @@ The rkey / VA / region checks happen upstream in the RX parser (``RxPacket.addr`
 already the checked host address); this block's rule is to write exactly where its
 command says.  Bounded at 6 clocks from reset (a few commands of any address and length,
 with payload frames of any length, shorter or longer than the command).
+
+Unbounded, by k-induction (k=K), for every property but the completion fence
+(``test_placement_strobes_induction``, ``fence=False``): the wrapper then also asserts, as
+auxiliary invariants proved by the same induction (:meth:`PlacementProof._aux`), that
+the queued command register matches the ring's newest command; that the executing
+command's AW progress (address, beats left, distance to the 2 KiB edge) and W progress
+(beats loaded, the W register's beat, ``beat_lo``) match the ring's AW and W positions;
+and that its input-side registers (command bytes not yet taken, the lanes ``cut`` lets
+through from the next payload beat, the lanes held from the previous one) lie inside the
+command's bytes.  The block's constant table (``thermo``) becomes a ROM in Yosys, whose
+contents an induction step would start from unconstrained: the proof maps ROMs to logic
+(``run_formal(..., rom_logic=True)``).  The fence stays bounded: its induction needs the
+bursts issued / answered / W-last counts tied to each command's bursts (not written).
 """
 
 import pytest
 from amaranth.hdl import Array, Assert, Assume, C, Cat, Elaboratable, Module, Mux, Signal
 
 from mrcnic.rtl import placement
-from .formal import (drive_inputs, mutant, require_failed, require_proved, run_formal,
+from mrcnic.rtl.layouts import PlaceCmd
+from .formal import (Internals, drive_inputs, mutant, require_failed, require_proved, run_formal,
                      stream_rule)
 
 DEPTH = 6
+K = 3            # induction length of the strobe / AW properties (closes at 2; the mutant: 3)
 RING = 4         # reference ring of accepted commands (the block holds at most 3)
 
 
 class PlacementProof(Elaboratable):
     """Placement under its input contract, with a reference queue of the accepted commands."""
 
-    def __init__(self, cls=placement.Placement):
+    def __init__(self, cls=placement.Placement, *, fence=True, aux=False):
         self.dut = cls()
+        self.fence, self.aux = fence, aux
+
+    def _aux(self, m, ins, v):
+        """Auxiliary invariants (for the induction): the queued command register, the
+        executing command's AW and W progress and its input-lane registers against the
+        reference ring."""
+        sig = ins.signal
+        busy, shift, aw_lo, aw_hi = sig("busy"), sig("shift"), sig("aw_lo"), sig("aw_hi")
+        aw_left, to_b, aw_dn = sig("aw_left"), sig("to_boundary"), sig("aw_done")
+        q_valid, c, placing_cmd = sig("q_valid"), PlaceCmd(sig("c")), sig("placing_cmd")
+        total_beats, c_gt8, c_ge8, c_tail = (sig("total_beats"), sig("c_gt8"), sig("c_ge8"),
+                                             sig("c_tail"))
+        in_done, beats_left, beat_lo = sig("in_done"), sig("beats_left"), sig("beat_lo")
+        in_left, in_nz, in_gt8, placing = sig("in_left"), sig("in_nz"), sig("in_gt8"), sig("placing")
+        hold_keep, cut, tail, w_valid = sig("hold_keep"), sig("cut"), sig("tail"), sig("w_valid")
+        addrs, lens, n_push, n_w, n_aw = v["addrs"], v["lens"], v["n_push"], v["n_w"], v["n_aw"]
+        beat, aw_done_w, beats = v["beat"], v["aw_done"], v["beats"]
+        class _Thermo:              # lanes below k: (1 << k) - 1, k = 0..7
+            def __getitem__(self, k):
+                return ((C(1, 8) << k) - 1)[:8]
+        thermo = _Thermo()
+        cl = c.length
+        # the queued command
+        q_ring = q_valid & placing_cmd
+        with m.If(q_valid):
+            m.d.comb += [Assert(placing_cmd == (c.place & (cl != 0))),
+                         Assert(c_gt8 == (cl > 8)), Assert(c_ge8 == (cl >= 8)),
+                         Assert(c_tail == thermo[cl[:3]])]
+            with m.If(placing_cmd):
+                last = (n_push - 1)[:2]
+                m.d.comb += [Assert(c.addr == addrs[last]), Assert(cl == lens[last]),
+                             Assert(cl <= 4096), Assert(total_beats == beats(c.addr, cl))]
+        # every command in the ring (not yet through W): length 1..4096
+        for k in range(RING):
+            with m.If((C(k, 2) - n_w[:2])[:2] < (n_push - n_w)[:4]):
+                m.d.comb += Assert((lens[k] >= 1) & (lens[k] <= 4096))
+        # the executing (or last executed) command X: the last one pushed before the queued
+        x = Signal(4, name="x_cmd")
+        m.d.comb += x.eq(n_push - 1 - q_ring)
+        ax, lx = addrs[x[:2]], lens[x[:2]]
+        totx = Signal(10, name="x_beats")
+        m.d.comb += totx.eq(beats(ax, lx))
+        m.d.comb += Assert(~placing | busy)
+        # AW: the executing command's bursts still to announce
+        with m.If(busy & ~aw_dn):
+            m.d.comb += [Assert(n_aw == x),
+                         Assert(Cat(C(0, 3), aw_lo, aw_hi) ==
+                                (Cat(C(0, 3), ax[3:]) + (aw_done_w << 3))[:32]),
+                         Assert(aw_left + aw_done_w == totx), Assert(aw_left != 0),
+                         Assert(to_b == 256 - aw_lo), Assert((lx >= 1) & (lx <= 4096))]
+        with m.Else():
+            m.d.comb += [Assert(n_aw == (n_push - q_ring)[:4]), Assert(aw_done_w == 0)]
+        # W: beats loaded into the W register (jn) and sent (beat)
+        jn = Signal(10, name="x_loaded")
+        m.d.comb += jn.eq(totx - beats_left)
+        prev = (x - 1)[:4]
+        with m.If(busy & placing):
+            m.d.comb += [Assert((beats_left != 0) & (beats_left <= totx)),
+                         Assert((lx >= 1) & (lx <= 4096)),
+                         Assert(shift == ax[:3]), Assert(beat_lo == (ax[3:11] + jn)[:8])]
+            with m.If(w_valid & (n_w != x)):
+                m.d.comb += [Assert(n_w == prev),
+                             Assert(beat == beats(addrs[prev[:2]], lens[prev[:2]]) - 1),
+                             Assert(jn == 0)]
+            with m.Else():
+                m.d.comb += [Assert(n_w == x), Assert(beat + w_valid == jn)]
+            # the input side: bytes of the command not yet taken, the next beat's lanes
+            with m.If(~in_done):
+                m.d.comb += Assert(in_left == Mux(lx > (jn << 3), lx - (jn << 3), 0))
+            m.d.comb += [Assert(in_nz == (in_left != 0)), Assert(in_gt8 == (in_left > 8)),
+                         Assert(tail == thermo[lx[:3]])]
+            with m.If(in_left != 0):
+                m.d.comb += Assert(cut == Mux(in_left >= 8, 0xFF, thermo[in_left[:3]]))
+            for lane in range(8):
+                with m.If(hold_keep[lane]):
+                    m.d.comb += Assert((jn != 0) & ((((jn - 1) << 3) + lane) < lx))
+        with m.Elif(w_valid):
+            m.d.comb += [Assert(n_w == x), Assert(beat == totx - 1)]
+        with m.Else():
+            m.d.comb += [Assert(n_w == (n_push - q_ring)[:4]), Assert(beat == 0)]
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.dut
+        dut = self.dut
+        ins = Internals(dut, platform)
+        m.submodules.dut = ins.frag
         drive_inputs(m, dut)
         axi = dut.m_axi
         # Contract: the three input streams hold their payload until taken.
@@ -102,8 +199,11 @@ class PlacementProof(Elaboratable):
 
         # Completion fence: a completion is taken only when every command accepted before
         # it has sent its W beats and every burst has its B response.
-        with m.If(dut.cpl_in.valid & dut.cpl_in.ready):
-            m.d.comb += Assert((n_w == n_push) & (n_aw == n_push) & (aw_n == b_n))
+        if self.fence:
+            with m.If(dut.cpl_in.valid & dut.cpl_in.ready):
+                m.d.comb += Assert((n_w == n_push) & (n_aw == n_push) & (aw_n == b_n))
+        if self.aux:
+            self._aux(m, ins, locals())
         return m
 
 
@@ -111,6 +211,22 @@ class PlacementProof(Elaboratable):
 def test_placement_bounded_6():
     """Placement: strobes inside the command, in order; the completion fence; 6 clocks."""
     require_proved(run_formal(PlacementProof(), "placement", mode="bmc", depth=DEPTH))
+
+
+@pytest.mark.formal
+def test_placement_strobes_induction():
+    """Placement: strobes inside the command, in order; AW bursts; unbounded (no fence)."""
+    require_proved(run_formal(PlacementProof(fence=False, aux=True), "placement_induction",
+                              mode="prove", depth=K, rom_logic=True, timeout=1200))
+
+
+@pytest.mark.formal
+def test_placement_induction_mutant_fails():
+    """Teeth of the induction: the same mutant as below fails its base case."""
+    mod = mutant(placement, "cut.eq(Mux(c_ge8, 0xFF, c_tail)),", "cut.eq(0xFF),")
+    require_failed(run_formal(PlacementProof(mod.Placement, fence=False, aux=True),
+                              "placement_induction_mutant", mode="prove", depth=K,
+                              rom_logic=True))
 
 
 @pytest.mark.formal
