@@ -39,10 +39,12 @@ from dataclasses import dataclass, field as dc_field
 
 from amaranth.lib import data, enum
 
-from .rtl.layouts import (MAX_CARRIERS, MAX_PATHS, MAX_PORTS, MAX_QPS, EvCounters,
+from .rtl.layouts import (MAX_CARRIERS, MAX_PATHS, MAX_QPS, EvCounters,
                           EvEventReason, EvState,
                           MemRegion, PathEntry, QpContext, RxQpContext)
 from .rtl.nscc import NsccConfig
+from .rtl.params import (check_clock_mhz, check_paths, check_ports, check_qps, check_regions,
+                         check_window)
 from .rtl.reliability import RelQpParams
 
 __all__ = [
@@ -305,26 +307,23 @@ def build_regmap(ports: int = 4, clock_mhz: int = 125, window: int = 256, region
     clock_mhz : int
         Core clock in MHz (reported in ``ID_CLOCK_MHZ``), 1..1023.
     window : int
-        SACK window of the receiver, PSNs (``ID_WINDOW``).
+        SACK window of the receiver, PSNs (``ID_WINDOW``): a power of two in 64..4096.
     regions : int
         Registered memory regions, 1..16.
     paths : int
-        Path-table depth, 16..256.
+        Path-table depth, a power of two in 16..256.
     qps : int
         QP contexts, 1..8.
+
+    The parameters are checked by the same rules as the NIC's
+    (:mod:`mrcnic.rtl.params`, :class:`~mrcnic.rtl.params.NicParams`).
     """
-    if not 1 <= ports <= MAX_PORTS:
-        raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
-    if not 1 <= clock_mhz <= 1023:
-        raise ValueError(f"clock_mhz must be 1..1023, not {clock_mhz}")
-    if not 1 <= regions <= 16:
-        raise ValueError(f"regions must be 1..16, not {regions}")
-    if not 16 <= paths <= MAX_PATHS:
-        raise ValueError(f"paths must be 16..{MAX_PATHS}, not {paths}")
-    if not 1 <= qps <= MAX_QPS:
-        raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
-    if not 1 <= window < (1 << 16):
-        raise ValueError(f"window must be 1..65535 PSNs, not {window}")
+    check_ports(ports)
+    check_clock_mhz(clock_mhz)
+    check_regions(regions)
+    check_paths(paths)
+    check_qps(qps)
+    check_window(window)
     RO, RW, CMD, W1C = Access.RO, Access.RW, Access.CMD, Access.W1C
     blocks = []
 

@@ -32,8 +32,9 @@ from mrcnic import wire
 from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import crc32_final, crc32_update
-from .layouts import (MAX_PORTS, MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
+from .layouts import (MAX_QPS, AckRequest, Decision, EvMode, NicGlobals, PathEntry,
                       RxQpContext)
+from .params import NicParams, check_ports, check_qps, param
 
 __all__ = ["AckGen", "ProbeFrameReq", "ACK_FRAME_BYTES", "PROBE_FRAME_BYTES", "ACK_CYCLES"]
 
@@ -169,6 +170,10 @@ class AckGen(wiring.Component):
         Planes, 1..8: one output stream each.
     qps : int
         QP contexts, 1..8.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``ports`` and
+        ``qps`` come from it (a keyword given as well must agree).  Standalone: leave it
+        out; the keywords are checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -219,11 +224,10 @@ class AckGen(wiring.Component):
     taken.
     """
 
-    def __init__(self, ports: int = 4, qps: int = MAX_QPS):
-        if not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+    def __init__(self, ports: "int | None" = None, qps: "int | None" = None, *,
+                 params: "NicParams | None" = None):
+        ports = check_ports(param(params, "ports", ports, 4))
+        qps = check_qps(param(params, "qps", qps, MAX_QPS))
         self.ports, self.qps = ports, qps
         members = {
             "req": In(stream.Signature(AckRequest)),

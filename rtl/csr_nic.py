@@ -32,7 +32,6 @@ from .axis import AxiStreamSignature
 from .csr import CsrBank
 from .ev_counters import READ_LATENCY as EV_READ_LATENCY
 from .layouts import (
-    MAX_PATHS,
     Completion,
     EvEvent,
     EvEventReason,
@@ -42,6 +41,7 @@ from .layouts import (
 )
 from .nic import MRCNic
 from .nscc import NsccConfig
+from .params import NicParams
 from .port_admin import PortAdminGate
 from .reliability import RelQpConfig, RelQpParams
 from .rx_parser import CNT_RD_LATENCY, N_REASONS, DropReason
@@ -77,13 +77,17 @@ class CsrNic(wiring.Component):
 
     Parameters
     ----------
+    params : NicParams
+        All of the parameters below in one checked set (:class:`~mrcnic.rtl.params.NicParams`),
+        instead of the keywords (a keyword given as well must agree with it); passed to the
+        core.  ``self.params`` is the set in use either way.
     ports, qps, paths, window : int
         As :class:`~mrcnic.rtl.nic.MRCNic` (planes, QP contexts, path-table
-        entries, receive SACK window in PSNs).
+        entries, receive SACK window in PSNs); ``ports`` defaults to 2 here.
     clock_mhz : int
-        Core clock reported in ``ID_CLOCK_MHZ``.
+        Core clock reported in ``ID_CLOCK_MHZ`` (MHz, 1..1023, default 125).
     regions : int
-        Memory regions reported in ``ID_MAX_REGIONS`` (the core holds 4).
+        Memory regions reported in ``ID_MAX_REGIONS`` (1..16, default 4; the core holds 4).
     shared_parser : bool
         One receive parser for all planes (:class:`~mrcnic.rtl.nic.MRCNic`); board tops.
     plane_guard : int
@@ -157,15 +161,21 @@ class CsrNic(wiring.Component):
       refused).
     """
 
-    def __init__(self, *, ports: int = 2, qps: int = 2, paths: int = MAX_PATHS,
-                 window: int = 256, clock_mhz: int = 125, regions: int = 4,
-                 shared_parser: bool = False, plane_guard: int = 3, clk_ns: int = 8):
-        self.core = MRCNic(ports=ports, qps=qps, paths=paths, window=window,
-                           shared_parser=shared_parser, plane_guard=plane_guard,
-                           clk_ns=clk_ns)  # checks parameters
-        self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
-        self.regmap = build_regmap(ports=ports, clock_mhz=clock_mhz, window=window,
-                                   regions=regions, paths=paths, qps=qps)
+    def __init__(self, *, ports: "int | None" = None, qps: "int | None" = None,
+                 paths: "int | None" = None, window: "int | None" = None,
+                 clock_mhz: "int | None" = None, regions: "int | None" = None,
+                 shared_parser: "bool | None" = None, plane_guard: "int | None" = None,
+                 clk_ns: "int | None" = None, params: "NicParams | None" = None):
+        # every parameter checked once (NicParams); the core and its blocks get the set
+        p = NicParams.of(params, defaults={"ports": 2}, ports=ports, qps=qps, paths=paths,
+                         window=window, clock_mhz=clock_mhz, regions=regions,
+                         shared_parser=shared_parser, plane_guard=plane_guard, clk_ns=clk_ns)
+        self.params = p
+        self.core = MRCNic(params=p)
+        ports, qps = p.ports, p.qps
+        self.ports, self.qps, self.paths, self.window = ports, qps, p.paths, p.window
+        self.regmap = build_regmap(ports=ports, clock_mhz=p.clock_mhz, window=p.window,
+                                   regions=p.regions, paths=p.paths, qps=qps)
         members = {
             "s_axil": In(Axi4LiteSignature(16, 32)),
             "s_wr": In(stream.Signature(WorkRequest)),
@@ -179,8 +189,8 @@ class CsrNic(wiring.Component):
         }
         members.update({name: Out(32) for name in STATS})
         for i in range(ports):
-            members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
-            members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
+            members[f"s_axis_p{i}"] = In(AxiStreamSignature(p.data_width))
+            members[f"m_axis_p{i}"] = Out(AxiStreamSignature(p.data_width))
             members[f"drops_p{i}"] = Out(data.ArrayLayout(32, N_REASONS))
         #: cycles from a read's rd_stb to the bank's sample of RX_DROP_* / RX_ACCEPTED
         self.ext_latency = CNT_RD_LATENCY * self._rx_layout()[2] + 2
@@ -548,6 +558,6 @@ class CsrNic(wiring.Component):
 
     def _rx_layout(self):
         """(one shared parser, drop words per plane block, words added per external read)."""
-        shared = self.core.shared_parser and self.ports > 1     # as RxPipeline
+        shared = self.params.shared                             # as RxPipeline
         n_drop = self.ports * N_REASONS if shared else N_REASONS
         return shared, n_drop, max(3, self.ports if shared else 1)

@@ -15,6 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, EvCounterKind, EvCounters
+from .params import NicParams, check_paths, param
 
 __all__ = ["EvCounterBank", "READ_LATENCY"]
 
@@ -78,6 +79,10 @@ class EvCounterBank(wiring.Component):
     ----------
     paths : int
         Number of path-table entries counted: 16, 32, 64, 128 or 256 (``MAX_PATHS``).
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``paths`` come from
+        it (a keyword given as well must agree).  Standalone: leave it out; the keywords are
+        checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -108,9 +113,8 @@ class EvCounterBank(wiring.Component):
         Increments lost because their queue was full (wraps at 2**32).
     """
 
-    def __init__(self, paths: int = MAX_PATHS):
-        if paths not in (16, 32, 64, 128, 256):
-            raise ValueError(f"paths must be a power of two from 16 to {MAX_PATHS}, not {paths}")
+    def __init__(self, paths: "int | None" = None, *, params: "NicParams | None" = None):
+        paths = check_paths(param(params, "paths", paths, MAX_PATHS))
         self.paths = paths
         super().__init__({
             "sent_en": In(1),

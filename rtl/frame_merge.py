@@ -20,7 +20,7 @@ from mrcnic import wire
 from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
-from .layouts import MAX_PORTS
+from .params import NicParams, check_ports, param
 
 __all__ = ["FrameMerge"]
 
@@ -95,6 +95,10 @@ class FrameMerge(wiring.Component):
     ----------
     ports : int
         Number of planes (output ports), 1..8.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``ports`` come from
+        it (a keyword given as well must agree).  Standalone: leave it out; the keywords are
+        checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -162,9 +166,8 @@ class FrameMerge(wiring.Component):
     front of either half of the CRC-32 XOR network.
     """
 
-    def __init__(self, ports: int = 4):
-        if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, not {ports!r}")
+    def __init__(self, ports: "int | None" = None, *, params: "NicParams | None" = None):
+        ports = check_ports(param(params, "ports", ports, 4))
         self.ports = ports
         members = {
             "s_hdr": In(AxiStreamSignature(64, user_width=67)),

@@ -31,6 +31,7 @@ from mrcnic.wire import OP_WRITE_ONLY_IMM, USIDS_PER_CARRIER
 
 from .axis import AxiStreamSignature
 from .layouts import MAX_CARRIERS, MAX_PORTS, EvMode, NicGlobals, TxPacket
+from .params import NicParams, check_ports, param
 
 __all__ = ["HeaderGen", "SEG_DEPTH", "HDR_USER_WIDTH"]
 
@@ -195,6 +196,10 @@ class HeaderGen(wiring.Component):
     ----------
     ports : int
         Number of planes (1..8); sizes ``next_hop_mac``.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``ports`` come from
+        it (a keyword given as well must agree).  Standalone: leave it out; the keywords are
+        checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -258,9 +263,8 @@ class HeaderGen(wiring.Component):
     to zeros or to the peer uSID by flags registered with the beat).
     """
 
-    def __init__(self, ports: int = 4):
-        if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, not {ports!r}")
+    def __init__(self, ports: "int | None" = None, *, params: "NicParams | None" = None):
+        ports = check_ports(param(params, "ports", ports, 4))
         self.ports = ports
         super().__init__({
             "pkt": In(stream.Signature(TxPacket)),

@@ -36,12 +36,13 @@ from .axi import Axi4ReadSignature, Axi4Signature, Axi4WriteSignature
 from .axis import AxiStreamSignature
 from .ack_gen import ProbeFrameReq
 from .ev_counters import EvCounterBank
-from .layouts import (MAX_PATHS, MAX_PORTS, MAX_QPS, Completion, EvCounters, EvEvent, EvState,
+from .layouts import (Completion, EvCounters, EvEvent, EvState,
                       MemRegion, NicGlobals, PathEntry, ProbeReq, QpContext, RxKind, RxQpContext,
                       WorkRequest)
 from .plane_guard import PlaneGuard
 from .plane_mux import PlaneMux
 from .nscc import NsccConfig
+from .params import NicParams
 from .reliability import RelQpConfig, SenderReliability
 from .rx import RxPipeline
 from .tx import TxPipeline
@@ -71,15 +72,20 @@ class MRCNic(wiring.Component):
 
     Parameters
     ----------
+    params : NicParams
+        All of the parameters below in one checked set (:class:`~mrcnic.rtl.params.NicParams`),
+        instead of the keywords (a keyword given as well must agree with it).  The NIC
+        hands it to the blocks it builds; ``self.params`` is the set in use either way.
     ports : int
-        Planes (1..8): one 64-bit AXI-Stream input and output each.
+        Planes (1..8): one 64-bit AXI-Stream input and output each (default 4).
     qps : int
-        QP contexts (1..8) on both sides.
+        QP contexts (1..8) on both sides (default 2).
     paths : int
-        Path-table entries (16, 32, 64, 128 or 256); one table and one spray
+        Path-table entries (16, 32, 64, 128 or 256; default 256); one table and one spray
         scheduler serve the data and the ACK reverse paths.
     window : int
-        PSN window of the receive SACK tracker (packets).
+        PSN window of the receive SACK tracker and of sender reliability (packets): a power
+        of two in 64..4096 (default 256).
     shared_parser : bool
         One receive parser for all planes (see :class:`~mrcnic.rtl.rx.RxPipeline`);
         the board tops use it, the co-simulation keeps one parser per plane.
@@ -197,25 +203,21 @@ class MRCNic(wiring.Component):
     Data and ACK frames share each plane at one beat per clock.
     """
 
-    def __init__(self, ports: int = 4, qps: int = 2, paths: int = MAX_PATHS, window: int = 256,
-                 shared_parser: bool = False, plane_guard: int = 3, clk_ns: int = 8):
-        if not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
-        if paths not in (16, 32, 64, 128, 256):
-            raise ValueError(f"paths must be a power of two from 16 to {MAX_PATHS}, not {paths}")
-        if window < 64 or window & (window - 1):
-            raise ValueError(f"window must be a power of two >= 64, not {window}")
+    def __init__(self, ports: "int | None" = None, qps: "int | None" = None,
+                 paths: "int | None" = None, window: "int | None" = None,
+                 shared_parser: "bool | None" = None, plane_guard: "int | None" = None,
+                 clk_ns: "int | None" = None, *, params: "NicParams | None" = None):
+        # one check of every parameter (NicParams.__post_init__); the blocks get the set
+        p = NicParams.of(params, ports=ports, qps=qps, paths=paths, window=window,
+                         shared_parser=shared_parser, plane_guard=plane_guard, clk_ns=clk_ns)
         from .rx_parser import N_REASONS
-        self.ports, self.qps, self.paths, self.window = ports, qps, paths, window
-        self.shared_parser = shared_parser
-        if plane_guard != 0 and not 2 <= plane_guard <= 15:
-            raise ValueError(f"plane_guard must be 0 (off) or 2..15, not {plane_guard}")
-        self.plane_guard = plane_guard
-        if not 1 <= clk_ns <= 1000:
-            raise ValueError(f"clk_ns must be 1..1000 ns, not {clk_ns}")
-        self.clk_ns = clk_ns
+        self.params = p
+        ports, qps, paths = p.ports, p.qps, p.paths
+        self.ports, self.qps, self.paths, self.window = ports, qps, paths, p.window
+        self.shared_parser = p.shared_parser
+        self.plane_guard = p.plane_guard
+        self.clk_ns = p.clk_ns
+        dw = p.data_width
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "recv_cpl": Out(stream.Signature(Completion)),
@@ -252,18 +254,17 @@ class MRCNic(wiring.Component):
             "ev_st_en": Out(1), "ev_st_addr": Out(8), "ev_st_state": Out(EvState),
         }
         for i in range(ports):
-            members[f"s_axis_p{i}"] = In(AxiStreamSignature(64))
-            members[f"m_axis_p{i}"] = Out(AxiStreamSignature(64))
+            members[f"s_axis_p{i}"] = In(AxiStreamSignature(dw))
+            members[f"m_axis_p{i}"] = Out(AxiStreamSignature(dw))
             members[f"drops_p{i}"] = Out(data.ArrayLayout(32, N_REASONS))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         n = self.ports
-        m.submodules.tx = tx = TxPipeline(ports=n, paths=self.paths, reliability=True,
-                                          qps=self.qps, ack_client=True)
-        m.submodules.rel = rel = SenderReliability(qps=self.qps, window=self.window,
-                                                   paths=self.paths, clk_ns=self.clk_ns)
+        p = self.params
+        m.submodules.tx = tx = TxPipeline(reliability=True, ack_client=True, params=p)
+        m.submodules.rel = rel = SenderReliability(params=p)
         # The probe path's copy of the path records: written like the other copies, read
         # once per probe.  A probe read never shares a cycle with a record write (it waits
         # one cycle), so the block RAM needs no read/write collision logic.
@@ -273,8 +274,7 @@ class MRCNic(wiring.Component):
             attrs={"no_rw_check": 1, "ram_style": "block"})
         probe_w = probe_mem.write_port()
         probe_table = probe_mem.read_port(transparent_for=())
-        m.submodules.rx = rx = RxPipeline(ports=n, qps=self.qps, window=self.window,
-                                          shared_parser=self.shared_parser)
+        m.submodules.rx = rx = RxPipeline(params=p)
 
         # EV state updates: the controller's (pt_st_*) win; otherwise sender
         # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).
@@ -295,7 +295,7 @@ class MRCNic(wiring.Component):
         ]
 
         # ---- plane guard: a plane whose EVs time out together is avoided as a whole -------
-        m.submodules.plane_guard = guard = PlaneGuard(self.paths, n, self.plane_guard)
+        m.submodules.plane_guard = guard = PlaneGuard(params=p)
         m.d.comb += [
             guard.w_en.eq(self.pt_w_en), guard.w_addr.eq(self.pt_w_addr),
             guard.w_data.eq(self.pt_w_data),
@@ -360,7 +360,7 @@ class MRCNic(wiring.Component):
         data_count = Signal(32)
         ack_count = Signal(32)
         for i in range(n):
-            mux = PlaneMux(inputs=2)
+            mux = PlaneMux(inputs=2, data_width=p.data_width)
             m.submodules[f"mux_p{i}"] = mux
             wiring.connect(m, getattr(tx, f"m_axis_p{i}"), mux.s_axis_0)
             wiring.connect(m, getattr(rx, f"m_axis_p{i}"), mux.s_axis_1)
@@ -500,7 +500,7 @@ class MRCNic(wiring.Component):
                          pm_ev.eq(out.entry.ev), pm_ts.eq(out.ts)]
 
         # per-EV counters
-        m.submodules.evcnt = evcnt = EvCounterBank(self.paths)
+        m.submodules.evcnt = evcnt = EvCounterBank(params=self.params)
         # the sent tap is registered before the bank (the handshake is the transmit
         # pipeline's and reliability's; the counters take it one cycle later)
         sent = tx.sent

@@ -52,7 +52,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import MAX_QPS
+from .params import NicParams, check_qps, param
 
 __all__ = ["Nscc", "NsccConfig", "NsccUpdate", "nscc_config", "NSCC_DEFAULTS", "UPDATE_CYCLES",
            "CONFIG_CYCLES"]
@@ -237,6 +237,10 @@ class Nscc(wiring.Component):
     ----------
     qps : int
         QPs, 1..8.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``qps`` come from
+        it (a keyword given as well must agree).  Standalone: leave it out; the keywords are
+        checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -268,9 +272,8 @@ class Nscc(wiring.Component):
         Multiplicative decreases and quick adapts applied (wrap around).
     """
 
-    def __init__(self, qps: int = 2):
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+    def __init__(self, qps: "int | None" = None, *, params: "NicParams | None" = None):
+        qps = check_qps(param(params, "qps", qps, 2))
         self.qps = qps
         super().__init__({
             "upd": In(stream.Signature(NsccUpdate)),

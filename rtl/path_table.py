@@ -40,6 +40,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, EvState, PathEntry
+from .params import NicParams, check_paths, param
 
 __all__ = ["PathTable", "READ_LATENCY"]
 
@@ -60,6 +61,10 @@ class PathTable(wiring.Component):
         Number of entries, a power of two from 16 to 256 (``MAX_PATHS``).
     read_ports : int
         1, or 2 for a second read port ``rd1_*`` (a second copy of the block RAM).
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``depth``
+        (``params.paths``) come from it (a keyword given as well must agree).  Standalone:
+        leave it out; the keywords are checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -118,9 +123,9 @@ class PathTable(wiring.Component):
         That weight is 3 or more (stored with it: no compare after the read).
     """
 
-    def __init__(self, depth: int = MAX_PATHS, read_ports: int = 1):
-        if depth not in (16, 32, 64, 128, 256):
-            raise ValueError(f"depth must be a power of two from 16 to {MAX_PATHS}, not {depth}")
+    def __init__(self, depth: "int | None" = None, read_ports: int = 1, *,
+                 params: "NicParams | None" = None):
+        depth = check_paths(param(params, "paths", depth, MAX_PATHS), "depth")
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, not {read_ports}")
         self.depth, self.read_ports = depth, read_ports

@@ -27,7 +27,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import MAX_PATHS, MAX_PORTS, EvEvent, EvEventReason, PathEntry
+from .layouts import MAX_PATHS, EvEvent, EvEventReason, PathEntry
+from .params import NicParams, check_paths, check_plane_guard, check_ports, param
 
 __all__ = ["PlaneGuard"]
 
@@ -38,7 +39,7 @@ class PlaneGuard(wiring.Component):
     Parameters
     ----------
     paths : int
-        Path-table entries, 1..256.
+        Path-table entries, a power of two in 1..256 (the NIC's are 16..256).
     ports : int
         Ports (planes), 1..8.
     threshold : int
@@ -49,6 +50,11 @@ class PlaneGuard(wiring.Component):
         restarts after ``window`` cycles without one), 1..65535.
     hold : int
         Cycles a suspect port stays avoided unless a probe reply clears it, 1..2**24-1.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``paths``,
+        ``ports`` and ``threshold`` (``params.plane_guard``) come from it (a keyword given
+        as well must agree).  Standalone: leave it out; the keywords are checked by the same
+        rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -71,14 +77,13 @@ class PlaneGuard(wiring.Component):
     count, a 16-bit window timer and a 24-bit hold timer.
     """
 
-    def __init__(self, paths: int = MAX_PATHS, ports: int = 4, threshold: int = 3,
-                 window: int = 4096, hold: int = 1 << 15):
-        if not 1 <= paths <= MAX_PATHS:
-            raise ValueError(f"paths must be 1..{MAX_PATHS}, not {paths}")
-        if not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be 1..{MAX_PORTS}, not {ports}")
-        if threshold != 0 and not 2 <= threshold <= 15:
-            raise ValueError(f"threshold must be 0 (off) or 2..15, not {threshold}")
+    def __init__(self, paths: "int | None" = None, ports: "int | None" = None,
+                 threshold: "int | None" = None, window: int = 4096, hold: int = 1 << 15, *,
+                 params: "NicParams | None" = None):
+        # no path table here: fewer than 16 entries are fine standalone (minimum=1)
+        paths = check_paths(param(params, "paths", paths, MAX_PATHS), minimum=1)
+        ports = check_ports(param(params, "ports", ports, 4))
+        threshold = check_plane_guard(param(params, "plane_guard", threshold, 3), "threshold")
         if not 1 <= window <= 0xFFFF:
             raise ValueError(f"window must be 1..65535 cycles, not {window}")
         if not 1 <= hold < 1 << 24:

@@ -33,10 +33,11 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from mrcnic import wire
-from .layouts import (MAX_PATHS, MAX_QPS, Completion, EvCounterKind, EvEvent, EvEventReason,
+from .layouts import (MAX_PATHS, Completion, EvCounterKind, EvEvent, EvEventReason,
                       EvState,
                       ProbeReq, RetxReq, RxKind, RxPacket, SentInfo)
 from .nscc import Nscc, NsccConfig
+from .params import NicParams, check_clk_ns, check_paths, check_qps, check_window, param
 
 __all__ = ["SenderReliability", "RelQpConfig", "RelQpParams", "SENT_FIFO_DEPTH", "WINDOW_MARGIN",
            "AVOID_SLOTS", "MAX_TIMEOUT_EXP"]
@@ -275,9 +276,15 @@ class SenderReliability(wiring.Component):
     window : int
         PSN slots per QP, a power of two, 64..4096.
     paths : int
-        Path-table entries, 1..256.
+        Path-table entries, a power of two in 1..256 (the NIC's are 16..256; this block
+        holds no table, and its formal proof uses 4).
     clk_ns : int
-        Clock period in ns (time stamps and the ACK timeout are in ns).
+        Clock period in ns, 1..1000 (time stamps and the ACK timeout are in ns).
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``qps``,
+        ``window``, ``paths`` and ``clk_ns`` come from it (a keyword given as well must
+        agree).  Standalone: leave it out; the keywords are checked by the same rules
+        (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -347,15 +354,15 @@ class SenderReliability(wiring.Component):
         never lose one; the others count in the cycle after their event.
     """
 
-    def __init__(self, qps: int = 2, window: int = 256, paths: int = MAX_PATHS, clk_ns: int = 8):
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
-        if window < 64 or window > 4096 or window & (window - 1):
-            raise ValueError(f"window must be a power of two in 64..4096, not {window}")
-        if not 1 <= paths <= MAX_PATHS:
-            raise ValueError(f"paths must be 1..{MAX_PATHS}, not {paths}")
-        if not 1 <= clk_ns <= 1000:
-            raise ValueError(f"clk_ns must be 1..1000, not {clk_ns}")
+    def __init__(self, qps: "int | None" = None, window: "int | None" = None,
+                 paths: "int | None" = None, clk_ns: "int | None" = None, *,
+                 params: "NicParams | None" = None):
+        qps = check_qps(param(params, "qps", qps, 2))
+        window = check_window(param(params, "window", window, 256))
+        # no path table here: its formal proof uses 4 entries (minimum=1)
+        paths = check_paths(param(params, "paths", paths, MAX_PATHS), minimum=1)
+        clk_ns = check_clk_ns(param(params, "clk_ns", clk_ns, 8))
+        self._params = params
         self.qps, self.window, self.paths, self.clk_ns = qps, window, paths, clk_ns
         self._counters = ["retransmissions", "timeouts", "trim_nacks", "ecn_echoes", "clean_acks",
                           "probes_sent", "probe_replies", "ev_events", "events_dropped",
@@ -447,7 +454,7 @@ class SenderReliability(wiring.Component):
             m.d.sync += [self.stat_en.eq(1), self.stat_index.eq(index), self.stat_kind.eq(kind)]
 
         # ---- NSCC ------------------------------------------------------
-        m.submodules.nscc = nscc = Nscc(qps)
+        m.submodules.nscc = nscc = Nscc(qps, params=self._params)
         m.d.comb += [
             # a full QP configuration, or a live CC-profile change (cc_w_*: no QP reset)
             nscc.cfg_w_en.eq(self.cfg_w_en | self.cc_w_en),

@@ -23,12 +23,13 @@ from amaranth.lib.wiring import In, Out
 from .ack_gen import AckGen, ProbeFrameReq
 from .axi import Axi4WriteSignature
 from .axis import AxiStreamSignature
-from .layouts import (Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
+from .layouts import (MAX_QPS, Completion, Decision, MemRegion, NicGlobals, QpContext, RxPacket,
                       RxQpContext, SprayReq)
 from .placement import Placement
 from .plane_mux import PlaneMux
 from .rx_arbiter import RxArbiter
 from .rx_parser import RxParser
+from .params import CORE_REGIONS, NicParams, check_bool, check_ports, check_qps, check_window, param
 from .sack_tracker import SackTracker
 
 __all__ = ["RxPipeline"]
@@ -40,18 +41,23 @@ class RxPipeline(wiring.Component):
     Parameters
     ----------
     ports : int
-        Planes (1..8): one 64-bit AXI-Stream input and one ACK output each.
+        Planes (1..8): one 64-bit AXI-Stream input and one ACK output each (default 4).
     qps : int
-        QP contexts (1..8).
+        QP contexts (1..8, default ``MAX_QPS``).
     window : int
-        PSN window of the SACK tracker (packets).
+        PSN window of the SACK tracker (packets): a power of two in 64..4096 (default 256).
     shared_parser : bool
         One :class:`RxParser` for all planes behind a frame-level round-robin
         :class:`~mrcnic.rtl.plane_mux.PlaneMux` (its ``source`` tags each frame
         with its plane) instead of one parser per plane.  The planes then share
         one beat per clock (8 Gb/s at 125 MHz): enough for boards whose planes
         are 1 Gb/s Ethernet ports with store-and-forward MACs (frames arrive
-        whole); per-plane drop counters are kept.
+        whole); per-plane drop counters are kept.  Default False.
+    params : NicParams
+        The NIC's parameters (:class:`~mrcnic.rtl.params.NicParams`): ``ports``, ``qps``,
+        ``window`` and ``shared_parser`` are taken from it (the keywords may then be left
+        out), and it is handed to the blocks built here.  The parsers hold
+        ``CORE_REGIONS`` (4) memory regions whatever ``params.regions`` says.
 
     Attributes
     ----------
@@ -97,10 +103,15 @@ class RxPipeline(wiring.Component):
         Bytes written to host memory; duplicate and out-of-window data packets; ACK frames sent.
     """
 
-    def __init__(self, ports: int = 4, qps: int = 8, window: int = 256,
-                 shared_parser: bool = False):
-        if not 1 <= ports <= 8:
-            raise ValueError(f"ports must be 1..8, not {ports}")
+    def __init__(self, ports: "int | None" = None, qps: "int | None" = None,
+                 window: "int | None" = None, shared_parser: "bool | None" = None, *,
+                 params: "NicParams | None" = None):
+        ports = check_ports(param(params, "ports", ports, 4))
+        qps = check_qps(param(params, "qps", qps, MAX_QPS))
+        window = check_window(param(params, "window", window, 256))
+        shared_parser = check_bool("shared_parser",
+                                   param(params, "shared_parser", shared_parser, False))
+        self._params = params
         from .rx_parser import N_REASONS
         self._ports, self._qps, self._window = ports, qps, window
         self._shared = shared_parser and ports > 1
@@ -136,9 +147,10 @@ class RxPipeline(wiring.Component):
         m = Module()
         n = self._ports
         m.submodules.arbiter = arb = RxArbiter(ports=1 if self._shared else n)
-        m.submodules.tracker = trk = SackTracker(qps=self._qps, window=self._window)
+        m.submodules.tracker = trk = SackTracker(qps=self._qps, window=self._window,
+                                                 params=self._params)
         m.submodules.placement = plc = Placement()
-        m.submodules.ack_gen = agen = AckGen(ports=n, qps=self._qps)
+        m.submodules.ack_gen = agen = AckGen(ports=n, qps=self._qps, params=self._params)
 
         parsers = self._parsers(m, arb)
         for i in range(n):
@@ -204,7 +216,8 @@ class RxPipeline(wiring.Component):
         n = self._ports
         if self._shared:
             m.submodules.rx_mux = mux = PlaneMux(inputs=n)
-            m.submodules.parser = parser = RxParser(port=None, ports=n, qps=self._qps, regions=4)
+            m.submodules.parser = parser = RxParser(port=None, ports=n, qps=self._qps,
+                                                    regions=CORE_REGIONS)
             for i in range(n):
                 wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")),
                                getattr(mux, f"s_axis_{i}"))
@@ -215,7 +228,7 @@ class RxPipeline(wiring.Component):
         else:
             parsers = []
             for i in range(n):
-                parser = RxParser(port=i, qps=self._qps, regions=4)
+                parser = RxParser(port=i, qps=self._qps, regions=CORE_REGIONS)
                 m.submodules[f"parser_p{i}"] = parser
                 wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_p{i}")), parser.s_axis)
                 m.d.comb += getattr(self, f"drops_p{i}").eq(parser.drops)

@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axis import AxiStreamSignature
 from .layouts import RxKind, RxPacket
+from .params import check_ports
 
 __all__ = ["RxArbiter"]
 
@@ -49,8 +50,7 @@ class RxArbiter(wiring.Component):
     """
 
     def __init__(self, ports: int = 4):
-        if not 1 <= ports <= 8:
-            raise ValueError(f"ports must be 1..8, not {ports}")
+        check_ports(ports)
         self._ports = ports
         members = {
             "pkt": Out(stream.Signature(RxPacket)),

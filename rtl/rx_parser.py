@@ -72,6 +72,7 @@ from mrcnic import wire_format as wf
 from .axis import AxiStreamSignature
 from .crc import CRC32_INIT, crc32_final, crc32_update
 from .layouts import EvMode, MemRegion, RxPacket, RxQpContext
+from .params import MAX_PORTS, check_port, check_ports, check_qps, check_regions
 
 __all__ = ["RxParser", "DropReason", "CNT_RD_LATENCY"]
 
@@ -359,17 +360,15 @@ class RxParser(wiring.Component):
                  max_frame: int = 8192, buffer_words: int = 1024, pkt_depth: int = 8,
                  ports: "int | None" = None):
         if port is None:
-            if ports is None or not 1 <= ports <= 8:
-                raise ValueError(f"shared mode (port=None) needs ports 1..8, not {ports}")
+            if ports is None:
+                raise ValueError(f"shared mode (port=None) needs ports 1..{MAX_PORTS}, not None")
+            check_ports(ports)
         else:
-            if not 0 <= port < 8:
-                raise ValueError(f"port must be 0..7 or None, not {port}")
+            check_port(port)
             if ports is not None:
                 raise ValueError("give either port (one plane) or ports (shared mode), not both")
-        if not 1 <= qps <= 8:
-            raise ValueError(f"qps must be 1..8, not {qps}")
-        if not 1 <= regions <= 16:
-            raise ValueError(f"regions must be 1..16, not {regions}")
+        check_qps(qps)
+        check_regions(regions)
         if not 128 <= max_frame <= 16384:
             raise ValueError(f"max_frame must be 128..16384 bytes, not {max_frame}")
         if buffer_words < 1024 or buffer_words & (buffer_words - 1):

@@ -21,6 +21,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from mrcnic import wire
 from .layouts import (MAX_QPS, AckRequest, Completion, PlaceCmd, RxKind, RxPacket,
                       RxQpContext)
+from .params import NicParams, check_qps, check_window, param
 
 __all__ = ["SackTracker"]
 
@@ -97,6 +98,10 @@ class SackTracker(wiring.Component):
         QP contexts, 1..8.
     window : int
         PSNs tracked per QP, a power of two, 64..4096.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``qps`` and
+        ``window`` come from it (a keyword given as well must agree).  Standalone: leave it
+        out; the keywords are checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -151,11 +156,10 @@ class SackTracker(wiring.Component):
     a word written at a clock edge is read back in the next cycle.
     """
 
-    def __init__(self, qps: int = 8, window: int = 256):
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
-        if window < 64 or window > 4096 or window & (window - 1):
-            raise ValueError(f"window must be a power of two in 64..4096, not {window}")
+    def __init__(self, qps: "int | None" = None, window: "int | None" = None, *,
+                 params: "NicParams | None" = None):
+        qps = check_qps(param(params, "qps", qps, MAX_QPS))
+        window = check_window(param(params, "window", window, 256))
         self.qps, self.window = qps, window
         super().__init__({
             "pkt": In(stream.Signature(RxPacket)),

@@ -33,6 +33,7 @@ from .layouts import (
     WorkRequest,
     WrOpcode,
 )
+from .params import NicParams, check_qps, param
 
 __all__ = ["Segmenter", "RETX_WINDOW_WAIT"]
 
@@ -115,6 +116,10 @@ class Segmenter(wiring.Component):
     retx_tries : int
         Spray decisions asked at most for one retransmission (1..16) while
         the decision's entry equals ``avoid_index``.
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``qps`` come from
+        it (a keyword given as well must agree).  Standalone: leave it out; the keywords are
+        checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -296,10 +301,9 @@ class Segmenter(wiring.Component):
       stays used); sender reliability windows are far smaller.
     """
 
-    def __init__(self, qps: int = 8, fifo_depth: int = 1024, pending_depth: int = 16,
-                 msgs: int = 4, retx_tries: int = 4):
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+    def __init__(self, qps: "int | None" = None, fifo_depth: int = 1024, pending_depth: int = 16,
+                 msgs: int = 4, retx_tries: int = 4, *, params: "NicParams | None" = None):
+        qps = check_qps(param(params, "qps", qps, MAX_QPS))
         if fifo_depth < 2 * _MAX_BURST:
             raise ValueError(f"fifo_depth must be >= {2 * _MAX_BURST} beats, not {fifo_depth}")
         if pending_depth < 4:

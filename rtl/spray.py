@@ -109,6 +109,7 @@ from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, MAX_QPS, Decision, EvState, PathEntry, SprayReq
 from .path_table import PathTable
+from .params import NicParams, check_paths, param
 
 __all__ = ["SprayScheduler", "SETTLE_CYCLES", "DROP_CYCLES", "LATENCY", "OUT_DEPTH"]
 
@@ -178,6 +179,10 @@ class SprayScheduler(wiring.Component):
     clients : int
         1, or 2 for a second request/decision pair (``req_1``/``decision_1``) over the
         same table (see "Two clients" in the module notes).
+    params : NicParams
+        The NIC's parameter set (:class:`~mrcnic.rtl.params.NicParams`): ``depth``
+        (``params.paths``) come from it (a keyword given as well must agree).  Standalone:
+        leave it out; the keywords are checked by the same rules (:mod:`mrcnic.rtl.params`).
 
     Attributes
     ----------
@@ -211,9 +216,9 @@ class SprayScheduler(wiring.Component):
         Narrow state update (sender reliability / controller).
     """
 
-    def __init__(self, depth: int = MAX_PATHS, clients: int = 1):
-        if depth not in (16, 32, 64, 128, 256):
-            raise ValueError(f"depth must be a power of two from 16 to {MAX_PATHS}, not {depth}")
+    def __init__(self, depth: "int | None" = None, clients: int = 1, *,
+                 params: "NicParams | None" = None):
+        depth = check_paths(param(params, "paths", depth, MAX_PATHS), "depth")
         if clients not in (1, 2):
             raise ValueError(f"clients must be 1 or 2, not {clients}")
         self.depth, self.clients = depth, clients

@@ -20,6 +20,7 @@ from .axis import AxiStreamSignature
 from .frame_merge import FrameMerge
 from .header_gen import HeaderGen
 from .layouts import (
+    MAX_PATHS,
     MAX_QPS,
     Decision,
     EvState,
@@ -31,6 +32,7 @@ from .layouts import (
     SprayReq,
     WorkRequest,
 )
+from .params import NicParams, check_paths, check_ports, check_qps, param
 from .segmenter import Segmenter
 from .spray import SprayScheduler
 
@@ -43,9 +45,9 @@ class TxPipeline(wiring.Component):
     Parameters
     ----------
     ports : int
-        Planes (1..8): one 64-bit AXI-Stream output each.
+        Planes (1..8): one 64-bit AXI-Stream output each (default 4).
     paths : int
-        Path-table entries (1..256).
+        Path-table entries, a power of two in 16..256 (default 256).
     reliability : bool
         Wire the segmenter's retransmission/window/SentInfo ports out (below).
     qps : int
@@ -53,7 +55,11 @@ class TxPipeline(wiring.Component):
         QP count so the segmenter's per-QP state is sized for it.  Work requests,
         context writes and retransmission requests for ``qp >= qps`` are refused
         or ignored as the segmenter documents; the ``tx_ok``/``una`` ports stay
-        ``MAX_QPS`` wide (entries >= ``qps`` unused).
+        ``MAX_QPS`` wide (entries >= ``qps`` unused).  Default ``MAX_QPS``.
+    params : NicParams
+        The NIC's parameters (:class:`~mrcnic.rtl.params.NicParams`): ``ports``, ``paths``
+        and ``qps`` are taken from it (the keywords may then be left out), and it is
+        handed to the blocks built here.
 
     ack_client : bool
         Also serve a second spray client (the receive pipeline's ACK reverse
@@ -102,14 +108,13 @@ class TxPipeline(wiring.Component):
     Backpressure on one plane stalls all of them (head-of-line, v1).
     """
 
-    def __init__(self, ports: int = 4, paths: int = 256, reliability: bool = False,
-                 qps: int = MAX_QPS, ack_client: bool = False):
-        if not 1 <= ports <= 8:
-            raise ValueError(f"ports must be 1..8, not {ports}")
-        if not 1 <= paths <= 256:
-            raise ValueError(f"paths must be 1..256, not {paths}")
-        if not 1 <= qps <= MAX_QPS:
-            raise ValueError(f"qps must be 1..{MAX_QPS}, not {qps}")
+    def __init__(self, ports: "int | None" = None, paths: "int | None" = None,
+                 reliability: bool = False, qps: "int | None" = None, ack_client: bool = False, *,
+                 params: "NicParams | None" = None):
+        ports = check_ports(param(params, "ports", ports, 4))
+        paths = check_paths(param(params, "paths", paths, MAX_PATHS))
+        qps = check_qps(param(params, "qps", qps, MAX_QPS))
+        self._params = params
         self._ports, self._paths, self._rel, self._qps = ports, paths, reliability, qps
         self._ack_client = ack_client
         members = {
@@ -144,13 +149,14 @@ class TxPipeline(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.spray = spray = SprayScheduler(depth=self._paths,
-                                                    clients=2 if self._ack_client else 1)
+                                                    clients=2 if self._ack_client else 1,
+                                                    params=self._params)
         if self._ack_client:
             wiring.connect(m, wiring.flipped(self.ack_spray_req), spray.req_1)
             wiring.connect(m, spray.decision_1, wiring.flipped(self.ack_spray_decision))
-        m.submodules.segmenter = seg = Segmenter(qps=self._qps)
-        m.submodules.header_gen = hdr = HeaderGen(ports=self._ports)
-        m.submodules.frame_merge = merge = FrameMerge(ports=self._ports)
+        m.submodules.segmenter = seg = Segmenter(qps=self._qps, params=self._params)
+        m.submodules.header_gen = hdr = HeaderGen(ports=self._ports, params=self._params)
+        m.submodules.frame_merge = merge = FrameMerge(ports=self._ports, params=self._params)
 
         wiring.connect(m, wiring.flipped(self.s_wr), seg.wr)
         wiring.connect(m, seg.spray_req, spray.req)
