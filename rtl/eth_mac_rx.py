@@ -186,9 +186,10 @@ class EthMacRx(wiring.Component):
         reader that needs no flip-flop port per counter (the board registers).
     cnt_data : Out(32), cnt_fresh : Out(1), domain ``sync``
         ``cnt_data`` is loaded with the counter at ``cnt_addr`` in every cycle the shared
-        incrementer does not use the RAM; ``cnt_fresh`` (a flip-flop) says it was loaded
+        incrementer does not read the RAM; ``cnt_fresh`` (a flip-flop) says it was loaded
         at the last clock edge, so with ``cnt_addr`` held since the cycle before that edge,
-        ``cnt_data`` is that counter (as of one cycle ago) until ``cnt_addr`` changes.
+        ``cnt_data`` is that counter (as of two cycles ago: a frame's count lands in the
+        RAM two cycles after its end) until ``cnt_addr`` changes.
 
     The NIC side pops the crossing FIFO every cycle, so it never fills while the ``sync``
     clock is faster than 1/4 of the RX clock (one 32-bit word per 4 bytes).  Latency: about
@@ -423,24 +424,32 @@ class EthMacRx(wiring.Component):
                                  cnt_idx.eq(Mux(b_good, RxStatus.OVERFLOW.value, b_code))]
 
         # stage D: the five counters.  The ports are flip-flops; a copy of each lives in a
-        # distributed RAM (word = RxStatus value) that feeds the one shared incrementer:
-        # stats[idx] + 1 goes back to the RAM and into the port of that counter, one
-        # frame per cycle.  Word 7 is never written: it holds 0xFFFFFFFF from the
-        # configuration, so after a reset words 0..4 are cleared as stats[7] + 1 (the
-        # crossing FIFO is not popped meanwhile, so no frame ends during those cycles).
+        # distributed RAM (word = RxStatus value) that feeds the one shared incrementer, in
+        # two cycles: D1 reads stats[idx] into a register (forwarded from D2 when D2 writes
+        # that word in the same cycle), D2 writes that + 1 back to the RAM and into the
+        # port of that counter; one frame per cycle.  Word 7 is never written: it holds
+        # 0xFFFFFFFF from the configuration, so after a reset words 0..4 are cleared as
+        # stats[7] + 1 (the crossing FIFO is not popped meanwhile, so no frame ends during
+        # those cycles).
         names = ("rx_frames", "rx_bad_fcs", "rx_runt", "rx_giant", "rx_fifo_overflow")
         m.submodules.stats = stats = Memory(shape=32, depth=8, init=[0] * 7 + [0xFFFFFFFF])
         st_w = stats.write_port()
         st_r = stats.read_port(domain="comb")
         clr = Signal(3)
-        # the read port serves the incrementer, else ``cnt_addr`` (into ``cnt_data``)
+        # the read port serves the incrementer's D1, else ``cnt_addr`` (into ``cnt_data``)
         busy = clearing | cnt_go
+        d1_addr = Mux(clearing, 7, cnt_idx)
+        d2_en, d2_cnt = Signal(), Signal()      # D2 writes / D2 writes a frame's counter
+        d2_idx, d2_val = Signal(3), Signal(32)  # the word and its value before the + 1
         m.d.comb += [
-            st_r.addr.eq(Mux(clearing, 7, Mux(cnt_go, cnt_idx, self.cnt_addr))),
-            st_w.addr.eq(Mux(clearing, clr, cnt_idx)),
-            st_w.data.eq(st_r.data + 1),
-            st_w.en.eq(busy),
+            st_r.addr.eq(Mux(busy, d1_addr, self.cnt_addr)),
+            st_w.addr.eq(d2_idx),
+            st_w.data.eq(d2_val + 1),
+            st_w.en.eq(d2_en),
         ]
+        m.d.sync += [d2_en.eq(busy), d2_cnt.eq(cnt_go),
+                     d2_idx.eq(Mux(clearing, clr, cnt_idx)),
+                     d2_val.eq(Mux(d2_en & (d2_idx == d1_addr), st_w.data, st_r.data))]
         m.d.sync += self.cnt_fresh.eq(~busy)
         with m.If(~busy):
             m.d.sync += self.cnt_data.eq(st_r.data)
@@ -449,7 +458,7 @@ class EthMacRx(wiring.Component):
             with m.If(clr == len(names) - 1):
                 m.d.sync += clearing.eq(0)
         for k, name in enumerate(names):
-            with m.If(cnt_go & (cnt_idx == k)):
+            with m.If(d2_cnt & (d2_idx == k)):
                 m.d.sync += getattr(self, name).eq(st_w.data)
 
         # Read pipeline, all stages enabled by ``go`` (a register): block-RAM read (v1),
