@@ -438,8 +438,8 @@ class CsrNic(wiring.Component):
         m.d.comb += [entry.eq(staging[:PathEntry.as_shape().size]),
                      entry.state.eq(Mux(pt_rmw, st_rp.data, staging[lay["state"].offset:][:2]))]
         cst_en, cst_addr, cst_state = Signal(), Signal(pbits), Signal(EvState)
-        m.d.sync += [cst_en.eq(nic.ev_st_en),          # the core's index is < paths
-                     cst_addr.eq(nic.ev_st_addr), cst_state.eq(nic.ev_st_state)]
+        m.d.sync += [cst_en.eq(nic.ev_st_en & (nic.ev_st_addr < self.paths)),
+                     cst_addr.eq(nic.ev_st_addr[:pbits]), cst_state.eq(nic.ev_st_state)]
         pt_go = Signal()
         m.d.comb += pt_go.eq(pt_pend & ~cst_en)
         with m.If(pt_go):

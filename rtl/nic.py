@@ -119,14 +119,14 @@ class MRCNic(wiring.Component):
         Source MAC/IPv6, DSCP, path MTU of every frame this NIC builds.
     next_hop_mac : In(ArrayLayout(48, ports))
         Destination MAC of each plane's first hop (data and ACK frames).
-    pt_w_en, pt_w_addr, pt_w_data : In(1), In(log2(paths)), In(PathEntry)
+    pt_w_en, pt_w_addr, pt_w_data : In(1), In(8), In(PathEntry)
         Path-table write.  **Written to both spray schedulers**: the transmit
         one (data) and the ACK one (reverse paths of the ACKs this NIC sends).
         The two tables hold the same entries -- a QP's EV profile is the set of
         paths to its peer, for its data and for its ACKs alike; the duplication
         costs a second table but keeps the transmit scheduler's one decision per
         clock for data only.
-    pt_st_en, pt_st_addr, pt_st_state : In(1), In(log2(paths)), In(EvState)
+    pt_st_en, pt_st_addr, pt_st_state : In(1), In(8), In(EvState)
         EV state update (GOOD / ASSUMED_BAD / DENIED), applied to both tables one cycle
         later (with ``ev_st_*``).
     seg_w_en, seg_w_addr, seg_w_data : In(1), In(8), In(128)
@@ -187,13 +187,13 @@ class MRCNic(wiring.Component):
         time stamp), with its RTT in ns; 4-deep FIFO, a reply that finds it
         full is dropped.  The reply is written into the FIFO 3 cycles after its ACK's
         transfer on the receive pipeline's ``ack_rx``.  No reply (broken path) means nothing comes out.
-    evcnt_rd_en, evcnt_rd_addr, evcnt_rd_data : In(1), In(log2(paths)), Out(EvCounters)
+    evcnt_rd_en, evcnt_rd_addr, evcnt_rd_data : In(1), In(8), Out(EvCounters)
         Per-EV counters (:class:`~mrcnic.rtl.ev_counters.EvCounterBank`):
         data packets sent (new and retransmitted), clean ACKs, ECN echoes, trim
         NACKs, ACK timeouts, probes sent, per path-table entry; read latency ``EvCounterBank.READ_LATENCY`` (14 cycles).
     evcnt_dropped : Out(32)
         Per-EV counter increments lost to a full queue.
-    ev_st_en, ev_st_addr, ev_st_state : Out(1), Out(log2(paths)), Out(EvState)
+    ev_st_en, ev_st_addr, ev_st_state : Out(1), Out(8), Out(EvState)
         The EV state update applied to every path-table copy this cycle
         (``pt_st_*`` or sender reliability's ASSUMED_BAD / GOOD), so a
         controller's copy of the table can follow the NIC's own changes.
@@ -218,15 +218,14 @@ class MRCNic(wiring.Component):
         self.plane_guard = p.plane_guard
         self.clk_ns = p.clk_ns
         dw = p.data_width
-        pb = p.path_bits        # path-table index ports: log2(paths) bits
         members = {
             "s_wr": In(stream.Signature(WorkRequest)),
             "recv_cpl": Out(stream.Signature(Completion)),
             "m_axi": Out(Axi4Signature(32, 64, 4)),
             "globals": In(NicGlobals),
             "next_hop_mac": In(data.ArrayLayout(48, ports)),
-            "pt_w_en": In(1), "pt_w_addr": In(pb), "pt_w_data": In(PathEntry),
-            "pt_st_en": In(1), "pt_st_addr": In(pb), "pt_st_state": In(EvState),
+            "pt_w_en": In(1), "pt_w_addr": In(8), "pt_w_data": In(PathEntry),
+            "pt_st_en": In(1), "pt_st_addr": In(8), "pt_st_state": In(EvState),
             "seg_w_en": In(1), "seg_w_addr": In(8), "seg_w_data": In(128),
             "qp_w_en": In(1), "qp_w_addr": In(3), "qp_w_data": In(QpContext),
             "rxqp_w_en": In(1), "rxqp_w_addr": In(3), "rxqp_w_data": In(RxQpContext),
@@ -250,9 +249,9 @@ class MRCNic(wiring.Component):
             "cwnd": Out(data.ArrayLayout(32, qps)),
             "probe_req": In(stream.Signature(ManualProbe)),
             "probe_reply": Out(stream.Signature(ProbeReply)),
-            "evcnt_rd_en": In(1), "evcnt_rd_addr": In(pb), "evcnt_rd_data": Out(EvCounters),
+            "evcnt_rd_en": In(1), "evcnt_rd_addr": In(8), "evcnt_rd_data": Out(EvCounters),
             "evcnt_dropped": Out(32),
-            "ev_st_en": Out(1), "ev_st_addr": Out(pb), "ev_st_state": Out(EvState),
+            "ev_st_en": Out(1), "ev_st_addr": Out(8), "ev_st_state": Out(EvState),
         }
         for i in range(ports):
             members[f"s_axis_p{i}"] = In(AxiStreamSignature(dw))
@@ -281,21 +280,16 @@ class MRCNic(wiring.Component):
         # reliability's (ASSUMED_BAD on an ACK timeout, GOOD after a probe reply).
         # Every copy of the path table gets the same update, one cycle later from flip-flops
         # (the choice and the CSR decode stay out of the tables' write-enable paths).
-        # (indices are log2(paths) bits from here on: an update of reliability's for an entry
-        # >= paths, if one came, is dropped here rather than by every table)
-        pb = p.path_bits
-        st_en, st_addr, st_state = Signal(), Signal(pb), Signal(EvState)
-        rel_st_ok = rel.st_en & (rel.st_addr < self.paths) if self.paths < 256 else rel.st_en
+        st_en, st_addr, st_state = Signal(), Signal(8), Signal(EvState)
         with m.If(self.pt_st_en):
             m.d.sync += [st_en.eq(1), st_addr.eq(self.pt_st_addr), st_state.eq(self.pt_st_state)]
         with m.Else():
-            m.d.sync += [st_en.eq(rel_st_ok), st_addr.eq(rel.st_addr[:pb]),
-                         st_state.eq(rel.st_state)]
+            m.d.sync += [st_en.eq(rel.st_en), st_addr.eq(rel.st_addr), st_state.eq(rel.st_state)]
         m.d.comb += [self.ev_st_en.eq(st_en), self.ev_st_addr.eq(st_addr),
                      self.ev_st_state.eq(st_state)]
         pbits = (self.paths - 1).bit_length()
         m.d.comb += [
-            probe_w.en.eq(self.pt_w_en),
+            probe_w.en.eq(self.pt_w_en & (self.pt_w_addr < self.paths)),
             probe_w.addr.eq(self.pt_w_addr[:pbits]), probe_w.data.ev.eq(self.pt_w_data.ev),
             probe_w.data.port.eq(self.pt_w_data.port), probe_w.data.da.eq(self.pt_w_data.da),
         ]

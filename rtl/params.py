@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from .layouts import MAX_PATHS, MAX_PORTS, MAX_QPS
 
 __all__ = [
-    "NicParams", "param", "path_bits",
+    "NicParams", "param",
     "MAX_PORTS", "MAX_QPS", "MAX_PATHS", "MIN_PATHS", "MIN_WINDOW", "MAX_WINDOW", "DATA_WIDTH",
     "MAX_REGIONS", "CORE_REGIONS",
     "check_int", "check_range", "check_pow2", "check_ports", "check_port", "check_qps",
@@ -150,12 +150,6 @@ def _bits(n: int) -> int:
     return max(1, (n - 1).bit_length())
 
 
-def path_bits(paths: int) -> int:
-    """Bits of a path-table index for ``paths`` entries: log2(paths), at least 1 (a block
-    that holds fewer than 16 entries, e.g. in a formal proof, still has a 1-bit index)."""
-    return _bits(paths)
-
-
 # ---- the parameter set -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class NicParams:
@@ -226,9 +220,8 @@ class NicParams:
 
     @property
     def path_bits(self) -> int:
-        """Bits of a path-table index: log2(paths) (the width of the NIC's path index ports:
-        ``pt_w_addr``, ``pt_st_addr``, ``ev_st_addr``, ``evcnt_rd_addr``)."""
-        return path_bits(self.paths)
+        """Bits of a path-table index: log2(paths)."""
+        return self.paths.bit_length() - 1
 
     @property
     def window_bits(self) -> int:

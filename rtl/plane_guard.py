@@ -28,8 +28,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import MAX_PATHS, EvEvent, EvEventReason, PathEntry
-from .params import (NicParams, check_paths, check_plane_guard, check_ports, param,
-                     path_bits)
+from .params import NicParams, check_paths, check_plane_guard, check_ports, param
 
 __all__ = ["PlaneGuard"]
 
@@ -59,7 +58,7 @@ class PlaneGuard(wiring.Component):
 
     Attributes
     ----------
-    w_en, w_addr, w_data : In(1), In(log2(paths)), In(PathEntry)
+    w_en, w_addr, w_data : In(1), In(8), In(PathEntry)
         The path table's control-plane write port (only ``port`` is kept: 3 bits per entry).
     ev_valid : In(1)
         An EV event is taken this cycle (``valid & ready`` of the reliability's ``event``).
@@ -92,7 +91,7 @@ class PlaneGuard(wiring.Component):
         self.paths, self.ports = paths, ports
         self.threshold, self.window, self.hold = threshold, window, hold
         super().__init__({
-            "w_en": In(1), "w_addr": In(path_bits(paths)), "w_data": In(PathEntry),
+            "w_en": In(1), "w_addr": In(8), "w_data": In(PathEntry),
             "ev_valid": In(1), "ev": In(EvEvent),
             "avoid": Out(paths), "suspect": Out(ports), "trips": Out(32),
         })

@@ -32,7 +32,7 @@ from .layouts import (
     SprayReq,
     WorkRequest,
 )
-from .params import NicParams, check_paths, check_ports, check_qps, param, path_bits
+from .params import NicParams, check_paths, check_ports, check_qps, param
 from .segmenter import Segmenter
 from .spray import SprayScheduler
 
@@ -74,9 +74,9 @@ class TxPipeline(wiring.Component):
         Source MAC/IPv6, DSCP, path MTU (static while traffic runs).
     next_hop_mac : In(ArrayLayout(48, ports))
         Destination MAC of each plane's first hop.
-    pt_w_en, pt_w_addr, pt_w_data : In(1), In(log2(paths)), In(PathEntry)
+    pt_w_en, pt_w_addr, pt_w_data : In(1), In(8), In(PathEntry)
         Path-table write port (any time; takes effect within a few cycles).
-    pt_st_en, pt_st_addr, pt_st_state : In(1), In(log2(paths)), In(EvState)
+    pt_st_en, pt_st_addr, pt_st_state : In(1), In(8), In(EvState)
         EV state update (GOOD / ASSUMED_BAD / DENIED) without rewriting the entry.
     seg_w_en, seg_w_addr, seg_w_data : In(1), In(8), In(128)
         SRH segment memory write port (uSID carriers).
@@ -121,8 +121,8 @@ class TxPipeline(wiring.Component):
             "s_wr": In(stream.Signature(WorkRequest)),
             "globals": In(NicGlobals),
             "next_hop_mac": In(data.ArrayLayout(48, ports)),
-            "pt_w_en": In(1), "pt_w_addr": In(path_bits(paths)), "pt_w_data": In(PathEntry),
-            "pt_st_en": In(1), "pt_st_addr": In(path_bits(paths)), "pt_st_state": In(EvState),
+            "pt_w_en": In(1), "pt_w_addr": In(8), "pt_w_data": In(PathEntry),
+            "pt_st_en": In(1), "pt_st_addr": In(8), "pt_st_state": In(EvState),
             "seg_w_en": In(1), "seg_w_addr": In(8), "seg_w_data": In(128),
             "qp_w_en": In(1), "qp_w_addr": In(3), "qp_w_data": In(QpContext),
             "avoid": In(paths),

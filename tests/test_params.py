@@ -7,7 +7,7 @@ import re
 import warnings
 
 import pytest
-from amaranth.hdl import Shape, UnusedElaboratable
+from amaranth.hdl import UnusedElaboratable
 
 from mrcnic.rtl import params as P
 from mrcnic.rtl.params import NicParams, param
@@ -258,21 +258,3 @@ def test_regmap_shares_the_rules():
         build_regmap(paths=48)
     with pytest.raises(ValueError, match=re.escape("clock_mhz must be 1..1023 (MHz), not 0")):
         build_regmap(clock_mhz=0)
-
-
-@pytest.mark.parametrize("paths", [16, 32, 256])
-def test_path_index_ports_follow_paths(paths):
-    """The path index ports are log2(paths) bits (no fixed 8-bit index)."""
-    from mrcnic.rtl.nic import MRCNic
-    from mrcnic.rtl.plane_guard import PlaneGuard
-    from mrcnic.rtl.tx import TxPipeline
-    bits = NicParams(paths=paths).path_bits
-    members = MRCNic(paths=paths).signature.members
-    width = lambda member: Shape.cast(member.shape).width
-    for name in ("pt_w_addr", "pt_st_addr", "evcnt_rd_addr", "ev_st_addr"):
-        assert width(members[name]) == bits, name
-    tx = TxPipeline(paths=paths).signature.members
-    assert width(tx["pt_w_addr"]) == width(tx["pt_st_addr"]) == bits
-    assert width(PlaneGuard(paths=paths).signature.members["w_addr"]) == bits
-    assert width(PlaneGuard(paths=4).signature.members["w_addr"]) == 2
-    assert P.path_bits(1) == 1
