@@ -199,7 +199,7 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
     ``scenario_cps``, when both ran; the git commit of the sources, when in a checkout).  ``progress(text)`` is called before each step.
     Raises like :func:`mrcnic.sim.cosim.run_cosim`.
     """
-    from .cosim import CosimTop, nic_verilog, run_clock_only, run_cosim
+    from .cosim import CosimTop, run_clock_only, run_cosim
     from .rtlsim import build_sim, write_verilog
     from .scenarios import get_scenario
     from .simulators import SIMULATORS, resolve, simulator_env
@@ -220,11 +220,13 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
         paths = rep["sim"].get("paths", 128)
         n = clock_cycles or CLOCK_CYCLES[sim]
         say(f"{sim}: clock only, {n} cycles")
+        # the same top as the scenario's: with its HDL host memory, when it had one
+        mem = rep["sim"]["mem_size"] if rep["sim"].get("hostmem") == "hdl" else None
         clk = run_clock_only(nics, ports=ports, paths=paths, cycles=n, simulator=sim,
+                             hostmem_size=mem,
                              build_dir=d / "clock")
-        top = CosimTop(nics, ports=ports, paths=paths)
-        srcs = [write_verilog(top, "mrcnic_cosim", d / "build"),
-                nic_verilog(ports=ports, paths=paths)]
+        top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=mem)
+        srcs = [write_verilog(top, "mrcnic_cosim", d / "build"), *top.sources()]
         cold_s = None
         if cold:
             say(f"{sim}: cold build")
@@ -235,7 +237,8 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
         _, cached_s, hit = build_sim(srcs, toplevel="mrcnic_cosim", build_dir=d / "cached",
                                      simulator=sim, quiet=True, public_ports_only=True)
         rows.append(dict(
-            simulator=sim, clock_cycles=clk["cycles"], clock_cps=clk["cycles_per_s"],
+            simulator=sim, hostmem=rep["sim"].get("hostmem"),
+            clock_cycles=clk["cycles"], clock_cps=clk["cycles_per_s"],
             scenario_cycles=rep["sim"]["cycles"], scenario_cps=rep["sim"]["cycles_per_s"],
             harness=round(rep["sim"]["cycles_per_s"] / clk["cycles_per_s"], 3),
             sim_wall_s=rep["sim"]["wall_s"], complete=rep["complete"],

@@ -9,8 +9,10 @@ Two halves, as in the other runners of ``mrcnic.sim``:
   :func:`mrcnic.sim.rtlsim.run_rtl`, tailing a progress file for a rich
   progress bar; then it writes the report (:mod:`mrcnic.sim.report`).
 * ``run_cosim_job`` (inside the simulator): one 8 ns clock for every NIC; per NIC
-  a cocotbext-axi ``AxiRam`` (:class:`~mrcnic.sim.fastaxiram.AxiRamFast`) as host
-  memory, an ``AxiLiteMaster`` on its CSR bank through which the firmware's
+  a host memory -- by default in the simulation top's HDL (:mod:`mrcnic.sim.hostmem_hdl`,
+  read and written by Python through a backdoor), or ``hostmem="python"``: a cocotbext-axi
+  ``AxiRam`` model (:class:`~mrcnic.sim.fastaxiram.AxiRamOneTask`), the same cycle for
+  cycle --, an ``AxiLiteMaster`` on its CSR bank through which the firmware's
   provisioning (:mod:`mrcnic.fw.provision`)
   programs it from the NIC's configuration, one ``AxiStreamSink`` per plane output and one
   ``AxiStreamSource`` per plane input; the :class:`~mrcnic.sim.fabric.Fabric`
@@ -67,6 +69,7 @@ COSIM_PATHS = 128           #: largest path table of the co-simulated NICs (entr
 REPO = Path(__file__).resolve().parents[1]
 _GUARD = 64                 #: guard bytes checked on each side of every destination range
 FAULT_TIME_LIMIT = 50.0     #: time limit (x ideal_ns) of a run with random faults, at least
+HOSTMEMS = ("hdl", "python")  #: host memory models of a run (:func:`resolve_hostmem`)
 _ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AETH 4 + SACK 20 + ICRC 4
 
 
@@ -96,47 +99,104 @@ class CosimTop(wiring.Component):
     (from :func:`nic_verilog`), so the top converts in a moment.  The fabric
     between them is the Python model, driven from cocotb.
 
+    With ``hostmem_size``, each NIC's ``m_axi`` is not a port: it is connected inside the
+    top to the NIC's host memory in HDL (:mod:`mrcnic.sim.hostmem_hdl`: an instance
+    ``n<k>_hm`` of :data:`~mrcnic.sim.hostmem_hdl.HOSTMEM_MODULE`, the AXI4 side, and
+    ``n<k>_ram`` of :data:`~mrcnic.sim.hostmem_hdl.RAM_MODULE`, ``hostmem_size`` bytes of
+    storage); ``n<k>_hostmem_err`` is its ``err``.
+
     Parameters
     ----------
     nics : int
         Number of NICs, 1..16.
     ports, qps, paths : int
         CsrNic parameters (must match the Verilog module built with them).
+    hostmem_size : int, optional
+        Bytes of HDL host memory per NIC (a power of two); None: ``m_axi`` ports, for a
+        host memory in Python.
     """
 
-    def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS):
+    def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
+                 hostmem_size: int | None = None):
         from mrcnic.rtl.csr_nic import CsrNic
 
         if not 1 <= nics <= 16:
             raise ValueError(f"nics must be 1..16, not {nics}")
         self.nics = nics
+        self.ports, self.qps, self.paths = ports, qps, paths
+        self.hostmem_size = hostmem_size
+        if hostmem_size is not None:
+            from .hostmem_hdl import ram_address_bits
+            self.ram_aw = ram_address_bits(hostmem_size)
         nic = CsrNic(ports=ports, qps=qps, paths=paths)
         nic._MustUse__silence = True          # only its signature is used here
         nic.core._MustUse__silence = True
         self.nic_signature = nic.signature
         members = {f"n{k}_{name}": member for k in range(nics)
-                   for name, member in self.nic_signature.members.items()}
+                   for name, member in self.nic_signature.members.items()
+                   if not self._internal((name,))}
+        if hostmem_size is not None:
+            members.update({f"n{k}_hostmem_err": wiring.Out(1) for k in range(nics)})
         super().__init__(members)
+
+    def _internal(self, path) -> bool:
+        """The NIC port ``path`` is connected inside the top (the HDL host memory's)."""
+        return self.hostmem_size is not None and path[0] == "m_axi"
 
     def input_names(self) -> list[str]:
         """Verilog names of every input of the top except ``clk``/``rst``."""
         return [f"n{k}_" + "__".join(path) for k in range(self.nics)
                 for path, member in self.nic_signature.members.flatten()
-                if member.is_port and member.flow == In]
+                if member.is_port and member.flow == In and not self._internal(path)]
+
+    def sources(self) -> list[Path]:
+        """The Verilog files of the modules the top instantiates (build cache; the NIC's is
+        converted on a miss)."""
+        out = [nic_verilog(ports=self.ports, qps=self.qps, paths=self.paths)]
+        if self.hostmem_size is not None:
+            from .hostmem_hdl import hostmem_verilog, ram_verilog
+            out += [hostmem_verilog(), ram_verilog()]
+        return out
 
     def elaborate(self, platform):
+        from amaranth.hdl import Signal
+
         m = Module()
         for k in range(self.nics):
-            kw = {}
+            kw, hm = {}, {}
             for path, member in self.nic_signature.members.flatten():
                 if not member.is_port:
                     continue
-                obj = getattr(self, f"n{k}_{path[0]}")
-                for p in path[1:]:
-                    obj = getattr(obj, p)
-                kw[("i_" if member.flow == In else "o_") + "__".join(path)] = obj
+                name = "__".join(path)
+                if self._internal(path):
+                    obj = Signal(member.shape, name=f"n{k}_{name}")
+                    # the host memory's side of m_axi: ports axi__<member>, flipped
+                    hm[("o_" if member.flow == In else "i_") + "axi__" + "__".join(path[1:])] = obj
+                else:
+                    obj = getattr(self, f"n{k}_{path[0]}")
+                    for p in path[1:]:
+                        obj = getattr(obj, p)
+                kw[("i_" if member.flow == In else "o_") + name] = obj
             m.submodules[f"nic{k}"] = Instance(NIC_MODULE, i_clk=ClockSignal(),
                                                i_rst=ResetSignal(), **kw)
+            if self.hostmem_size is not None:
+                from .hostmem_hdl import (DATA_WIDTH, HOSTMEM_MODULE, LANES, RAM_MODULE,
+                                          WORD_BITS)
+                ram = {}
+                for p in (0, 1):
+                    ram.update({f"we{p}": Signal(LANES, name=f"n{k}_hm_we{p}"),
+                                f"wa{p}": Signal(WORD_BITS, name=f"n{k}_hm_wa{p}"),
+                                f"wd{p}": Signal(DATA_WIDTH, name=f"n{k}_hm_wd{p}")})
+                ram.update(re=Signal(name=f"n{k}_hm_re"),
+                           ra=Signal(WORD_BITS, name=f"n{k}_hm_ra"),
+                           rd=Signal(DATA_WIDTH, name=f"n{k}_hm_rd"))
+                m.submodules[f"n{k}_hm"] = Instance(
+                    HOSTMEM_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                    o_err=getattr(self, f"n{k}_hostmem_err"), i_rd=ram["rd"],
+                    **{f"o_{n}": v for n, v in ram.items() if n != "rd"}, **hm)
+                m.submodules[f"n{k}_ram"] = Instance(
+                    RAM_MODULE, p_AW=self.ram_aw, i_clk=ClockSignal(), o_rd=ram["rd"],
+                    **{f"i_{n}": v for n, v in ram.items() if n != "rd"})
         return m
 
 
@@ -247,6 +307,24 @@ def _resolve(sc: dict):
     return texts, [compile_tables(c) for c in cfgs], cfgs
 
 
+def resolve_hostmem(name: str | None = None) -> str:
+    """The host memory model of a run: ``name``, else ``$MRCNIC_COSIM_HOSTMEM``, else
+    ``"python"`` when ``$MRCNIC_COSIM_AXIRAM`` chooses a Python model, else ``"hdl"``."""
+    name = name or os.environ.get("MRCNIC_COSIM_HOSTMEM") or \
+        ("python" if os.environ.get("MRCNIC_COSIM_AXIRAM") else "hdl")
+    if name not in HOSTMEMS:
+        raise ValueError(f"host memory must be one of {', '.join(HOSTMEMS)}, not {name!r}")
+    return name
+
+
+def _mem_size(cfgs: list, wrs: list) -> int:
+    """Bytes of host memory per NIC: every memory region and source buffer, rounded up to a
+    power of two, at least 1 MiB."""
+    top = max([mr.base + mr.length for c in cfgs for mr in c.memory_regions]
+              + [w["local_addr"] + w["length"] for w in wrs])
+    return 1 << max(20, (top + 4096 - 1).bit_length())
+
+
 def _stride(size: int) -> int:
     """Spacing of transfers in memory: the size rounded up to 4 KiB, plus 4 KiB of guard."""
     return -(-size // 4096) * 4096 + 4096
@@ -318,7 +396,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
               pcap=None, plot=None, waves: bool = False, build_dir=None,
               progress: bool = False, serve: int | None = None, serve_time_us: float | None = None,
               serve_nic: int = 0, simulator: str | None = None, faults: str | None = None,
-              seed: int = 0, harness_bug: str | None = None) -> dict:
+              seed: int = 0, harness_bug: str | None = None, hostmem: str | None = None) -> dict:
     """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
 
     Parameters
@@ -355,6 +433,12 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     harness_bug : str, optional
         A deliberately broken harness (:data:`mrcnic.sim.invariants.HARNESS_BUGS`), to show
         that the invariants (``report["invariants"]``, ``report["verdict"]``) catch it.
+    hostmem : str, optional
+        The NICs' host memory: ``"hdl"`` (in the simulation top, :mod:`mrcnic.sim.hostmem_hdl`)
+        or ``"python"`` (:class:`~mrcnic.sim.fastaxiram.AxiRamOneTask`, or the model
+        ``$MRCNIC_COSIM_AXIRAM`` names); default ``$MRCNIC_COSIM_HOSTMEM``, else ``"python"``
+        when ``$MRCNIC_COSIM_AXIRAM`` is set, else ``"hdl"``.  Both give the same report
+        (``report["sim"]["hostmem"]`` names it) and the same pcap.
 
     Raises
     ------
@@ -432,10 +516,14 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         _check_port_free(serve)
     # the smallest path table that holds every NIC's entries: a smaller NIC simulates faster
     paths = max(16, 1 << (max(len(tb.path_entries) for tb in tables) - 1).bit_length())
-    top = CosimTop(len(sc["nics"]), ports=ports, qps=qps, paths=paths)
+    hostmem = resolve_hostmem(hostmem)
+    mem_size = _mem_size(cfgs, wrs)
+    top = CosimTop(len(sc["nics"]), ports=ports, qps=qps, paths=paths,
+                   hostmem_size=mem_size if hostmem == "hdl" else None)
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
                progress=str(progress_file), stop_file=str(stop_file),
+               hostmem=hostmem, mem_size=mem_size,
                serve=None if serve is None else dict(
                    port=serve, nic=serve_nic, port_file=str(port_file),
                    time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
@@ -443,10 +531,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     def simulate():
         # in the worker thread with the rest of the build: the main thread stays free for
         # Ctrl-C (a Yosys conversion in it would hold off the signal until it returns)
-        nic_v = nic_verilog(ports=ports, qps=qps, paths=paths)
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
                 testcase="run_cosim_job", build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
-                waves=waves, quiet=True, sources=[nic_v], simulator=simulator,
+                waves=waves, quiet=True, sources=top.sources(), simulator=simulator,
                 public_ports_only=True)
 
     t0 = time.monotonic()
@@ -496,6 +583,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     rep["sim"]["wall_s"] = round(time.monotonic() - t0, 2)
     rep["sim"]["simulator"] = simulator
     rep["sim"]["paths"] = paths
+    rep["sim"]["hostmem"] = hostmem
+    rep["sim"]["mem_size"] = mem_size
     rep["build_dir"] = str(build_dir)
     if waves:
         rep["waves"] = str(build_dir / "sim" / "mrcnic_cosim.fst")
@@ -519,10 +608,13 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
 
 
 def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
-                   cycles: int = 200_000, simulator: str | None = None, build_dir=None) -> dict:
+                   cycles: int = 200_000, simulator: str | None = None, build_dir=None,
+                   hostmem_size: int | None = None) -> dict:
     """Simulate the co-simulation top (:class:`CosimTop`, the same build as :func:`run_cosim`
-    with these parameters) with only its clock running: every input held at 0 after reset,
-    no Python between the first and the last of ``cycles`` clocks.
+    with these parameters; ``hostmem_size``: with the HDL host memory of that size, as
+    ``report["sim"]["mem_size"]`` of a run with ``hostmem="hdl"``) with only its clock
+    running: every input held at 0 after reset, no Python between the first and the last of
+    ``cycles`` clocks.
 
     Returns ``{cycles, wall_s, cycles_per_s, simulator}`` (wall seconds of the clocked part
     only): the simulator's speed on this design, the bound a harness can approach.
@@ -535,10 +627,9 @@ def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
     build_dir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-clock-"))
     build_dir.mkdir(parents=True, exist_ok=True)
     out = build_dir / "clock.json"
-    top = CosimTop(nics, ports=ports, paths=paths)
-    nic_v = nic_verilog(ports=ports, paths=paths)
+    top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=hostmem_size)
     run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim", testcase="clock_only",
-            build_dir=build_dir / "sim", quiet=True, sources=[nic_v], simulator=simulator,
+            build_dir=build_dir / "sim", quiet=True, sources=top.sources(), simulator=simulator,
             public_ports_only=True,
             env={"cycles": cycles, "inputs": top.input_names(), "out": str(out)})
     rep = json.loads(out.read_text())
@@ -641,7 +732,8 @@ class _EdgeWaker:
 class _Nic:
     """One co-simulated NIC: its memory, plane sources/sinks and its CSR bank (firmware client)."""
 
-    def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int):
+    def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int,
+                 hostmem: str = "python"):
         from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus
 
         from mrcnic.fw.client import AsyncCsrClient
@@ -658,10 +750,18 @@ class _Nic:
         # beat's read.  AxiRamOneTask: AxiRam's handshakes cycle for cycle from one coroutine
         # (mrcnic.sim.fastaxiram); MRCNIC_COSIM_AXIRAM=cocotbext runs cocotbext-axi's own
         # AxiRam, =fast its seven tasks made cheaper per beat (references: same results)
-        ram = dict(cocotbext=AxiRam, fast=AxiRamFast).get(
-            os.environ.get("MRCNIC_COSIM_AXIRAM"), AxiRamOneTask)
-        self.mem = ram(AxiBus.from_prefix(dut, f"n{k}_m_axi", bus_separator="__"),
-                       dut.clk, dut.rst, size=mem_size, mem=mmap.mmap(-1, mem_size))
+        # hostmem "hdl": the memory is in the simulation top (mrcnic.sim.hostmem_hdl), this
+        # is its backdoor (no Python per clock)
+        if hostmem == "hdl":
+            from .hostmem_hdl import HdlHostMem
+            self.mem = HdlHostMem(getattr(dut, f"n{k}_ram"), mem_size)
+            self.hostmem_err = getattr(dut, f"n{k}_hostmem_err")
+        else:
+            ram = dict(cocotbext=AxiRam, fast=AxiRamFast).get(
+                os.environ.get("MRCNIC_COSIM_AXIRAM"), AxiRamOneTask)
+            self.mem = ram(AxiBus.from_prefix(dut, f"n{k}_m_axi", bus_separator="__"),
+                           dut.clk, dut.rst, size=mem_size, mem=mmap.mmap(-1, mem_size))
+            self.hostmem_err = None
         self.sources = [AxiStreamSourceFast(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
                                                                      bus_separator="__"),
                                             dut.clk, dut.rst) for i in range(ports)]
@@ -902,12 +1002,13 @@ if cocotb is not None:
             from .faults import FaultInjector
             fabric.faults = FaultInjector(sc["faults"], fabric)
         wrs = job["wrs"]
-        top = max([mr.base + mr.length for c in cfgs for mr in c.memory_regions]
-                  + [w["local_addr"] + w["length"] for w in wrs])
-        mem_size = 1 << max(20, (top + 4096 - 1).bit_length())
+        mem_size = _mem_size(cfgs, wrs)
+        hostmem = job.get("hostmem", "python")
+        if job.get("mem_size", mem_size) != mem_size:
+            raise AssertionError(f"host memory of {job['mem_size']} bytes, the job needs {mem_size}")
 
         await start(dut, job["inputs"])
-        nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size)
+        nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size, hostmem)
                 for k, h in enumerate(sc["nics"])]
         nic_of_host = {h: k for k, h in enumerate(sc["nics"])}
         for coro in [cocotb.start_soon(n.program(sc["ack_every"], sc["ack_timeout"],
@@ -1126,6 +1227,13 @@ if cocotb is not None:
                 conservation=fabric.conservation(), injected=injected,
                 nic_drops=[n.drops() for n in nics], hosts=[n.host for n in nics],
                 events=events)
+
+        # the HDL host memory models only the AXI transfers the NIC makes (hostmem_hdl)
+        bad = [n.k for n in nics if n.hostmem_err is not None and n.hostmem_err.value == 1]
+        if bad:
+            raise AssertionError(f"nic{bad[0]}'s m_axi made a transfer the HDL host memory does "
+                                 "not model (mrcnic.sim.hostmem_hdl: INCR, full width, within "
+                                 "4 KiB, wlast on the last beat); run with hostmem='python'")
 
         # ---- memory check ---------------------------------------------------------------
         posted = delivered = mismatched = 0
