@@ -246,7 +246,8 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
 
     Exit status 0 when every byte arrived intact, or when a served run (--serve) was
     stopped as asked (Ctrl-C, --serve-time, the stop file: "stopped" in the report);
-    1 when the transfer is incomplete or corrupted; 130 when an ordinary run is interrupted.
+    1 when the transfer is incomplete or corrupted; 2 for bad usage (an unknown option,
+    scenario or value); 130 when an ordinary run is interrupted.
     """
     from .sim.cosim import run_cosim
     from .sim.scenario_file import resolve_scenario

@@ -364,7 +364,7 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
     # fits 80 columns: a short bar, the time relative to the run's start as in the report
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), DownloadColumn(),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
-        task = bar.add_task(label, total=total, info=f"building (Verilog, {simulator}; cached)...")
+        task = bar.add_task(label, total=total, info=f"building the {simulator} model (first run only, then cached)...")
         pos = 0
         while not done.is_set():
             time.sleep(0.5)
