@@ -66,33 +66,67 @@ class FwFailed(click.ClickException):
     exit_code = 1
 
 
+def _number(text: str, lo: int, hi: int):
+    """``text`` as an int in ``lo..hi`` if it is ASCII digits only and in range, else None."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 10:
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+#: pyserial URL schemes that carry a HOST:PORT of their own
+_NET_URLS = ("socket", "rfc2217")
+
+
+def _host_port(text: str):
+    """``HOST:PORT`` or ``[IPV6]:PORT`` -> (host, port), None if malformed (port 1..65535)."""
+    host, sep, port = text.rpartition(":")
+    port = _number(port, 1, 65535) if sep else None
+    if port is None or not host or host.isspace() or "\x00" in host:
+        return None
+    if host.startswith("[") != host.endswith("]") or host in ("[]",):
+        return None
+    if ":" in host.strip("[]") and not host.startswith("["):
+        return None
+    return host, port
+
+
 def parse_target(target: str):
     """``uart:DEVICE[:BAUD]`` -> ("uart", device, baud); ``tcp:HOST:PORT`` -> ("tcp", host, port).
 
-    DEVICE may be a pyserial URL: ``uart:socket://HOST:PORT`` (a TCP serial server such as
-    ser2net) keeps PORT as part of the URL, ``uart:socket://HOST:PORT:BAUD`` sets the baud
-    rate too.  Raises ``ValueError`` naming the target when it has neither form.
+    DEVICE may be a pyserial URL: ``uart:socket://HOST:PORT[:BAUD]`` and
+    ``uart:rfc2217://HOST:PORT[:BAUD]`` (a TCP serial server such as ser2net; HOST may be
+    ``[IPV6]``) keep PORT in the URL; any other URL (``loop://``, ``spy://DEV``) or a
+    device path takes a trailing ``:BAUD``.  BAUD is 1..100000000 (default 115200), a
+    PORT 1..65535, ASCII digits only.  Raises ``ValueError`` naming the target otherwise.
     """
+    usage = f"bad target {target!r}: use uart:DEVICE[:BAUD] or tcp:HOST:PORT"
     kind, _, rest = target.partition(":")
-    if kind == "uart" and rest:
-        dev, baud = rest, 115200
+    if kind == "uart" and rest.strip():
         scheme, url, where = rest.partition("://")
-        if url:     # a pyserial URL keeps its own HOST:PORT; a baud rate follows as :BAUD
-            host, _, tail = where.rpartition(":")
-            if host.count(":") == 1 and tail.isdigit():
-                dev, baud = f"{scheme}://{host}", int(tail)
-        else:
-            head, _, tail = rest.rpartition(":")
-            if head and tail.isdigit():
-                dev, baud = head, int(tail)
-        if baud <= 0:
-            raise ValueError(f"bad baud rate in {target!r}")
-        return ("uart", dev, baud)
+        if url and scheme in _NET_URLS:
+            hp = _host_port(where)
+            if hp is not None:                                  # scheme://HOST:PORT
+                return ("uart", rest, 115200)
+            head, _, tail = where.rpartition(":")
+            hp, baud = _host_port(head), _number(tail, 1, 100_000_000)
+            if hp is None or baud is None:
+                raise ValueError(f"{usage} (a {scheme}:// URL needs HOST:PORT[:BAUD])")
+            return ("uart", f"{scheme}://{head}", baud)
+        head, sep, tail = rest.rpartition(":")
+        if sep and tail.isdigit():
+            baud = _number(tail, 1, 100_000_000)
+            if baud is None or not head.strip():
+                raise ValueError(f"{usage} (bad baud rate {tail!r})")
+            return ("uart", head, baud)
+        if sep and tail.startswith("-") and tail[1:].isdigit():
+            raise ValueError(f"{usage} (bad baud rate {tail!r})")
+        return ("uart", rest, 115200)
     if kind == "tcp":
-        host, _, port = rest.rpartition(":")
-        if host and port.isdigit() and 0 < int(port) < 65536:
-            return ("tcp", host.strip("[]"), int(port))
-    raise ValueError(f"bad target {target!r}: use uart:DEVICE[:BAUD] or tcp:HOST:PORT")
+        hp = _host_port(rest)
+        if hp is not None:
+            return ("tcp", hp[0].strip("[]"), hp[1])
+    raise ValueError(usage)
 
 
 def open_target(target: str, timeout: float | None = None):

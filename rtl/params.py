@@ -280,7 +280,8 @@ def param(params: "NicParams | None", name: str, value, default):
     if not isinstance(params, NicParams):
         raise ValueError(f"params must be a NicParams, not {type(params).__name__}")
     ours = getattr(params, name)
-    if value is not None and value != ours:
+    if value is not None and (type(value) is not type(ours) or value != ours):
+        # the same type too: 1.0, True or numpy ints equal an int but are refused alone
         raise ValueError(f"{name}={value!r} contradicts params.{name}={ours!r}: "
                          f"give it once (the keyword or params)")
     return ours

@@ -69,9 +69,10 @@ _INCR = 0b01
 
 def ram_address_bits(size: int) -> int:
     """``AW`` (log2 of the words) of a host memory of ``size`` bytes (a power of two,
-    at least 256 KiB)."""
-    if size & (size - 1) or size < (LANES << (_PW + 6)):
-        raise ValueError(f"host memory size must be a power of two >= 256 KiB, not {size}")
+    at least 512 KiB: the 4 KiB dirty map needs at least two page-index bits above the
+    in-page word index)."""
+    if not isinstance(size, int) or size & (size - 1) or size < (LANES << (_PW + 7)):
+        raise ValueError(f"host memory size must be a power of two >= 512 KiB, not {size}")
     return (size // LANES).bit_length() - 1
 
 

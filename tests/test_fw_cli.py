@@ -105,6 +105,19 @@ def test_parse_target():
     assert parse_target("uart:socket://ser2net:7777:921600") == \
         ("uart", "socket://ser2net:7777", 921600)
     assert parse_target("uart:loop://") == ("uart", "loop://", 115200)
+    assert parse_target("uart:loop://:9600") == ("uart", "loop://", 9600)
+    assert parse_target("uart:spy:///dev/ttyUSB0:9600") == ("uart", "spy:///dev/ttyUSB0", 9600)
+    assert parse_target("uart:socket://[::1]:7777:9600") == ("uart", "socket://[::1]:7777", 9600)
+    assert parse_target("tcp:[::1]:80") == ("tcp", "::1", 80)
+    # refused with the usage line: no port / port 0 or too big in a URL, empty devices,
+    # baud 0 or negative, non-ASCII digits, huge numbers, malformed hosts
+    for bad in ("uart:socket://", "uart:socket://h", "uart:socket://h:0", "uart:socket://h:99999",
+                "uart:socket://:7777", "uart:socket://h:7777:", "uart: ", "uart::9600",
+                "uart:/dev/x:0", "uart:/dev/x:-1", "uart:COM3:\u0663", "tcp:h:\u0668\u0660",
+                "tcp:[]:80", "tcp:[h:80", "tcp: :80", "tcp:h:" + "9" * 5000,
+                "uart:/dev/x:" + "9" * 5000):
+        with pytest.raises(ValueError, match="bad target"):
+            parse_target(bad)
     for bad in ("serial:x", "tcp:host", "tcp:host:0", "uart:", "tcp::99999"):
         with pytest.raises(ValueError, match="bad target"):
             parse_target(bad)
