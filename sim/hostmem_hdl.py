@@ -129,6 +129,22 @@ class HostMemAxi(wiring.Component):
         def queue_pop(q, n, take):
             return [sel(take, q[1], q[0]), q[1]], n - take
 
+        def start_burst(go, cur, q, n):
+            """A process step: with no burst active, take the next address beat from the
+            queue ``q`` (``n`` entries) or stop (``go`` falls).  Returns go, cur, q, n."""
+            need = go & ~cur["act"]
+            start = need & (n != 0)
+            errs.append(start & bad_start(q[0]))
+            go = go & ~(need & (n == 0))
+            cur = sel(start, new_burst(q[0]), cur)
+            q, n = queue_pop(q, n, start)
+            return go, cur, q, n
+
+        def next_beat(go, cur):
+            """The burst ``cur`` after one beat if ``go``."""
+            return sel(go, dict(act=cur["left"] != 1, id=cur["id"], addr=cur["addr"] + 1,
+                                left=cur["left"] - 1), cur)
+
         # ---- registers -------------------------------------------------------------
         arq = [regs(f"arq{i}", **addr_f) for i in range(2)]
         arq_n = Signal(range(3))
@@ -188,17 +204,11 @@ class HostMemAxi(wiring.Component):
         go = Const(1, 1)
         cur = dict(rb)
         for _ in range(3):
-            need = go & ~cur["act"]
-            start = need & (ar_n != 0)
-            go = go & ~(need & (ar_n == 0))
-            errs.append(start & bad_start(ar_q[0]))
-            cur = sel(start, new_burst(ar_q[0]), cur)
-            ar_q, ar_n = queue_pop(ar_q, ar_n, start)
+            go, cur, ar_q, ar_n = start_burst(go, cur, ar_q, ar_n)
             go = go & (r_n < 2)
             beat = dict(id=cur["id"], addr=cur["addr"], last=cur["left"] == 1)
             r_q, r_n = queue_push(r_q, r_n, go, beat)
-            cur = sel(go, dict(act=cur["left"] != 1, id=cur["id"], addr=cur["addr"] + 1,
-                               left=cur["left"] - 1), cur)
+            cur = next_beat(go, cur)
         store(rb, cur)
         for i in range(2):
             store(arq[i], ar_q[i])
@@ -217,12 +227,7 @@ class HostMemAxi(wiring.Component):
             push_b = has_p & go
             b_q, b_n = queue_push(b_q, b_n, push_b, dict(id=p["id"]))
             p = dict(valid=p["valid"] & ~push_b, id=p["id"])
-            need = go & ~cur["act"]
-            start = need & (aw_n != 0)
-            go = go & ~(need & (aw_n == 0))
-            errs.append(start & bad_start(aw_q[0]))
-            cur = sel(start, new_burst(aw_q[0]), cur)
-            aw_q, aw_n = queue_pop(aw_q, aw_n, start)
+            go, cur, aw_q, aw_n = start_burst(go, cur, aw_q, aw_n)
             go = go & (w_n != 0)
             beat = w_q[0]
             errs.append(go & (beat["last"] != (cur["left"] == 1)))
@@ -235,8 +240,7 @@ class HostMemAxi(wiring.Component):
             w_q, w_n = queue_pop(w_q, w_n, go)
             done = go & (cur["left"] == 1)
             p = sel(done, dict(valid=Const(1, 1), id=cur["id"]), p)
-            cur = sel(go, dict(act=cur["left"] != 1, id=cur["id"], addr=cur["addr"] + 1,
-                               left=cur["left"] - 1), cur)
+            cur = next_beat(go, cur)
         store(wb, cur)
         store(pend, p)
         for i in range(2):
