@@ -41,23 +41,34 @@ def rtl_files(component=None) -> list[Path]:
     """The Python sources a component's Verilog depends on.
 
     Every module of ``mrcnic.rtl``, the modules they import from ``mrcnic``
-    (``wire``, ``regmap``, ``config``), this file (it post-processes the
-    Verilog), and the file defining ``component``'s class (a testbench harness
-    may live outside ``rtl/``).  Found through the imported modules, so the
-    same files count in a checkout and in an installed package.
+    (``wire``, ``wire_format``, ``regmap``, ``config``), this file (it
+    post-processes the Verilog), the file defining ``component``'s class (a
+    testbench harness may live outside ``rtl/``) and the files defining the
+    Amaranth elaboratables that file imports from ``mrcnic`` (e.g. a simulation-only
+    block in ``sim/``).  Found through the imported modules, so the same files count
+    in a checkout and in an installed package.
     """
     import inspect
+
+    from amaranth.hdl import Elaboratable
 
     import mrcnic.config
     import mrcnic.regmap
     import mrcnic.rtl
     import mrcnic.wire
+    import mrcnic.wire_format
 
     files = sorted(Path(mrcnic.rtl.__file__).resolve().parent.glob("*.py"))
-    files += [Path(m.__file__).resolve() for m in (mrcnic.wire, mrcnic.regmap, mrcnic.config)]
+    files += [Path(m.__file__).resolve()
+              for m in (mrcnic.wire, mrcnic.wire_format, mrcnic.regmap, mrcnic.config)]
     files.append(Path(__file__).resolve())
     if component is not None:
-        files.append(Path(inspect.getfile(type(component))).resolve())
+        module = inspect.getmodule(type(component))
+        files.append(Path(module.__file__).resolve())
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Elaboratable) and \
+                    value.__module__.startswith("mrcnic."):
+                files.append(Path(inspect.getfile(value)).resolve())
     return list(dict.fromkeys(files))
 
 
