@@ -10,17 +10,8 @@
 
 import pytest
 
-from mrcnic.sim.cosim import run_cosim
 from mrcnic.sim.rtlsim import run_rtl
-
-#: report fields that measure the host, or name the host memory model
-HOST = {"cocotb_wall_s", "cycles_per_s", "wall_s", "simulator", "hostmem"}
-
-
-def _comparable(rep: dict) -> dict:
-    out = {k: v for k, v in rep.items() if k not in ("build_dir", "pcap")}
-    out["sim"] = {k: v for k, v in rep["sim"].items() if k not in HOST}
-    return out
+from tests.test_simulators import assert_runs_identical
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -35,14 +26,6 @@ def test_hdl_memory_matches_python_model(tmp_path, seed):
 
 @pytest.mark.slow
 def test_default_scenario_same_with_hdl_memory(tmp_path):
-    reps, pcaps = {}, {}
-    for model in ("python", "hdl"):
-        pcaps[model] = tmp_path / f"{model}.pcap"
-        reps[model] = run_cosim("default", test=True, simulator="verilator", hostmem=model,
-                                pcap=pcaps[model], build_dir=tmp_path / model)
-        assert reps[model]["sim"]["hostmem"] == model
-        assert reps[model]["complete"] and reps[model]["bytes_mismatched"] == 0
-    a, b = _comparable(reps["python"]), _comparable(reps["hdl"])
-    assert a.keys() == b.keys()
-    assert [k for k in a if a[k] != b[k]] == []
-    assert pcaps["python"].read_bytes() == pcaps["hdl"].read_bytes()
+    reps = assert_runs_identical(tmp_path, "default", {
+        model: dict(simulator="verilator", hostmem=model) for model in ("python", "hdl")})
+    assert [reps[m]["sim"]["hostmem"] for m in reps] == ["python", "hdl"]

@@ -18,29 +18,45 @@ from mrcnic.sim import rtlsim
 from mrcnic.sim.cosim import run_cosim
 from mrcnic.sim.simulators import SimulatorMissing, resolve, simulator_env
 
-#: report fields that measure the host, not the simulated NICs
-WALL_CLOCK = {"cocotb_wall_s", "cycles_per_s", "wall_s", "simulator"}
+#: report fields that measure or name the host side (simulator, host-memory model), not
+#: the simulated NICs
+HOST_FIELDS = {"cocotb_wall_s", "cycles_per_s", "wall_s", "simulator", "hostmem"}
 
 
 def _comparable(rep: dict) -> dict:
     out = {k: v for k, v in rep.items() if k not in ("build_dir", "pcap")}
-    out["sim"] = {k: v for k, v in rep["sim"].items() if k not in WALL_CLOCK}
+    out["sim"] = {k: v for k, v in rep["sim"].items() if k not in HOST_FIELDS}
     return out
+
+
+def assert_runs_identical(tmp_path, scenario, variants, monkeypatch=None):
+    """Run ``scenario`` (test size) once per variant ``{name: dict(kwargs..., env={...})}``
+    (``env`` set through ``monkeypatch``); every run completes exactly, and every report
+    (host-side fields aside) and pcap equals the first variant's."""
+    reps, pcaps = {}, {}
+    for name, kw in variants.items():
+        kw = dict(kw)
+        for var, value in kw.pop("env", {}).items():
+            monkeypatch.setenv(var, value)
+        pcaps[name] = tmp_path / f"{name}.pcap"
+        reps[name] = run_cosim(scenario, test=True, pcap=pcaps[name],
+                               build_dir=tmp_path / name, **kw)
+        assert reps[name]["complete"] and reps[name]["bytes_mismatched"] == 0, name
+    first, *others = variants
+    ref = _comparable(reps[first])
+    for name in others:
+        got = _comparable(reps[name])
+        assert ref.keys() == got.keys(), name
+        assert [k for k in ref if ref[k] != got[k]] == [], name
+        assert pcaps[name].read_bytes() == pcaps[first].read_bytes(), name
+    return reps
 
 
 @pytest.mark.slow
 def test_default_scenario_identical_under_both_simulators(tmp_path):
-    reps, pcaps = {}, {}
-    for sim in ("verilator", "icarus"):
-        pcaps[sim] = tmp_path / f"{sim}.pcap"
-        reps[sim] = run_cosim("default", test=True, simulator=sim, pcap=pcaps[sim],
-                              build_dir=tmp_path / sim)
-        assert reps[sim]["sim"]["simulator"] == sim
-        assert reps[sim]["complete"] and reps[sim]["bytes_mismatched"] == 0
-    a, b = _comparable(reps["verilator"]), _comparable(reps["icarus"])
-    assert a.keys() == b.keys()
-    assert [k for k in a if a[k] != b[k]] == []
-    assert pcaps["verilator"].read_bytes() == pcaps["icarus"].read_bytes()
+    reps = assert_runs_identical(tmp_path, "default", {
+        sim: dict(simulator=sim) for sim in ("verilator", "icarus")})
+    assert [reps[s]["sim"]["simulator"] for s in reps] == ["verilator", "icarus"]
 
 
 @pytest.mark.slow
@@ -48,29 +64,26 @@ def test_default_scenario_identical_under_both_simulators(tmp_path):
 def test_host_memory_models_identical(tmp_path, monkeypatch, scenario):
     """The co-simulation's host memory (sim/fastaxiram.py: AxiRamOneTask, and AxiRamFast)
     drives what cocotbext-axi's AxiRam drives, cycle for cycle: same report, same pcap."""
-    reps, pcaps = {}, {}
-    for model in ("cocotbext", "fast", "onetask"):
-        monkeypatch.setenv("MRCNIC_COSIM_AXIRAM", model)
-        pcaps[model] = tmp_path / f"{model}.pcap"
-        reps[model] = run_cosim(scenario, test=True, simulator="verilator", pcap=pcaps[model],
-                                build_dir=tmp_path / model)
-        assert reps[model]["complete"] and reps[model]["bytes_mismatched"] == 0
-    ref = _comparable(reps["cocotbext"])
-    for model in ("fast", "onetask"):
-        got = _comparable(reps[model])
-        assert [k for k in ref if ref[k] != got.get(k)] == [], model
-        assert pcaps[model].read_bytes() == pcaps["cocotbext"].read_bytes(), model
+    assert_runs_identical(tmp_path, scenario, {
+        model: dict(simulator="verilator", env=dict(MRCNIC_COSIM_AXIRAM=model))
+        for model in ("cocotbext", "fast", "onetask")}, monkeypatch)
 
 
 def test_build_key_covers_the_sources(tmp_path):
     import mrcnic.config
     import mrcnic.regmap
     import mrcnic.wire
+    import mrcnic.wire_format
+    from mrcnic.sim import hostmem_hdl
+    from mrcnic.sim.hostmem_tb import HostMemPair
 
     files = rtlsim.rtl_files()
-    for mod in (mrcnic.wire, mrcnic.regmap, mrcnic.config, rtlsim):
+    for mod in (mrcnic.wire, mrcnic.wire_format, mrcnic.regmap, mrcnic.config, rtlsim):
         assert os.path.realpath(mod.__file__) in {str(f) for f in files}
     assert any(f.parent.name == "rtl" and f.name == "nic.py" for f in files)
+    # a harness outside rtl/: its file and the sim-only blocks it builds on
+    harness = {str(f) for f in rtlsim.rtl_files(HostMemPair())}
+    assert os.path.realpath(hostmem_hdl.__file__) in harness
     f = tmp_path / "wire.py"
     f.write_text("A = 1\n")
     k1 = rtlsim.build_key("verilog", "x", files=[f])
