@@ -298,7 +298,7 @@ def test_rx_parser_two_frames_bounded_46():
 @pytest.mark.formal
 def test_rx_parser_mutant_fails():
     """Teeth: the P_Key check dropped from the BTH verdict (a bad P_Key frame passes)."""
-    mod = mutant(rx_parser, "m.d.sync += [bth_bad.eq(bth_bad | (be(0, 1) != 0xFFFF)),",
-                 "m.d.sync += [bth_bad.eq(bth_bad),")
+    mod = mutant(rx_parser, "bth_bad.eq(bth_bad | (fld(pkey_f) != pkey_f.field.value)),",
+                 "bth_bad.eq(bth_bad),")
     require_failed(run_formal(RxParserProof(mod.RxParser), "rx_parser_mutant", mode="bmc",
                               depth=DEPTH))
