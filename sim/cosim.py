@@ -70,6 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 _GUARD = 64                 #: guard bytes checked on each side of every destination range
 FAULT_TIME_LIMIT = 50.0     #: time limit (x ideal_ns) of a run with random faults, at least
 HOSTMEMS = ("hdl", "python")  #: host memory models of a run (:func:`resolve_hostmem`)
+FRAMEPORTS = ("hdl", "python")  #: plane-port frame hand-offs of a run (:func:`resolve_frameports`)
 _ACK_BYTES = 102            #: ACK frame: Eth 14 + IPv6 40 + UDP 8 + BTH 12 + AETH 4 + SACK 20 + ICRC 4
 
 
@@ -114,10 +115,18 @@ class CosimTop(wiring.Component):
     hostmem_size : int, optional
         Bytes of HDL host memory per NIC (a power of two); None: ``m_axi`` ports, for a
         host memory in Python.
+    frameports : bool
+        The plane ports' frame hand-off in HDL (:mod:`mrcnic.sim.frameport_hdl`): each
+        ``s_axis_p<i>`` is driven inside the top by an instance ``n<k>_rx<i>`` of
+        :data:`~mrcnic.sim.frameport_hdl.INJECT_MODULE`, each ``m_axis_p<i>`` drained by
+        ``n<k>_tx<i>`` of :data:`~mrcnic.sim.frameport_hdl.CAPTURE_MODULE`, whose ``done``
+        is the top's output ``n<k>_tx_done_p<i>``; the ports' signals keep their names
+        (``n<k>_m_axis_p<i>__tdata`` ...) as nets of the top.  False: they are ports, for
+        the Python stream models.
     """
 
     def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
-                 hostmem_size: int | None = None):
+                 hostmem_size: int | None = None, frameports: bool = False):
         from mrcnic.rtl.csr_nic import CsrNic
 
         if not 1 <= nics <= 16:
@@ -125,6 +134,7 @@ class CosimTop(wiring.Component):
         self.nics = nics
         self.ports, self.qps, self.paths = ports, qps, paths
         self.hostmem_size = hostmem_size
+        self.frameports = bool(frameports)
         if hostmem_size is not None:
             from .hostmem_hdl import ram_address_bits
             self.ram_aw = ram_address_bits(hostmem_size)
@@ -137,10 +147,16 @@ class CosimTop(wiring.Component):
                    if not self._internal((name,))}
         if hostmem_size is not None:
             members.update({f"n{k}_hostmem_err": wiring.Out(1) for k in range(nics)})
+        if self.frameports:
+            members.update({f"n{k}_tx_done_p{i}": wiring.Out(1)
+                            for k in range(nics) for i in range(ports)})
         super().__init__(members)
 
     def _internal(self, path) -> bool:
-        """The NIC port ``path`` is connected inside the top (the HDL host memory's)."""
+        """The NIC port ``path`` is connected inside the top (the HDL host memory's, the HDL
+        frame hand-off's)."""
+        if self.frameports and path[0].startswith(("s_axis_p", "m_axis_p")):
+            return True
         return self.hostmem_size is not None and path[0] == "m_axi"
 
     def input_names(self) -> list[str]:
@@ -156,6 +172,9 @@ class CosimTop(wiring.Component):
         if self.hostmem_size is not None:
             from .hostmem_hdl import hostmem_verilog, ram_verilog
             out += [hostmem_verilog(), ram_verilog()]
+        if self.frameports:
+            from .frameport_hdl import frameport_verilog
+            out.append(frameport_verilog())
         return out
 
     def elaborate(self, platform):
@@ -163,15 +182,20 @@ class CosimTop(wiring.Component):
 
         m = Module()
         for k in range(self.nics):
-            kw, hm = {}, {}
+            kw, hm, streams = {}, {}, {}
             for path, member in self.nic_signature.members.flatten():
                 if not member.is_port:
                     continue
                 name = "__".join(path)
                 if self._internal(path):
                     obj = Signal(member.shape, name=f"n{k}_{name}")
-                    # the host memory's side of m_axi: ports axi__<member>, flipped
-                    hm[("o_" if member.flow == In else "i_") + "axi__" + "__".join(path[1:])] = obj
+                    if path[0] == "m_axi":
+                        # the host memory's side of m_axi: ports axi__<member>, flipped
+                        hm[("o_" if member.flow == In else "i_") + "axi__"
+                           + "__".join(path[1:])] = obj
+                    else:    # a plane port's stream member, flipped for the frame hand-off
+                        streams.setdefault(path[0], {})[
+                            ("o_" if member.flow == In else "i_") + path[1]] = obj
                 else:
                     obj = getattr(self, f"n{k}_{path[0]}")
                     for p in path[1:]:
@@ -197,6 +221,15 @@ class CosimTop(wiring.Component):
                 m.submodules[f"n{k}_ram"] = Instance(
                     RAM_MODULE, p_AW=self.ram_aw, i_clk=ClockSignal(), o_rd=ram["rd"],
                     **{f"i_{n}": v for n, v in ram.items() if n != "rd"})
+            if self.frameports:
+                from .frameport_hdl import CAPTURE_MODULE, INJECT_MODULE
+                for i in range(self.ports):
+                    m.submodules[f"n{k}_rx{i}"] = Instance(
+                        INJECT_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                        **streams[f"s_axis_p{i}"])
+                    m.submodules[f"n{k}_tx{i}"] = Instance(
+                        CAPTURE_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                        o_done=getattr(self, f"n{k}_tx_done_p{i}"), **streams[f"m_axis_p{i}"])
         return m
 
 
@@ -317,6 +350,16 @@ def resolve_hostmem(name: str | None = None) -> str:
     return name
 
 
+def resolve_frameports(name: str | None = None) -> str:
+    """The plane ports' frame hand-off of a run: ``name``, else ``$MRCNIC_COSIM_FRAMEPORTS``,
+    else ``"hdl"`` (:mod:`mrcnic.sim.frameport_hdl`); ``"python"``: cocotbext-axi's stream
+    models (:mod:`mrcnic.sim.fastaxis`).  Both give the same run, cycle for cycle."""
+    name = name or os.environ.get("MRCNIC_COSIM_FRAMEPORTS") or "hdl"
+    if name not in FRAMEPORTS:
+        raise ValueError(f"frame ports must be one of {', '.join(FRAMEPORTS)}, not {name!r}")
+    return name
+
+
 def _mem_size(cfgs: list, wrs: list) -> int:
     """Bytes of host memory per NIC: every memory region and source buffer, rounded up to a
     power of two, at least 1 MiB."""
@@ -396,7 +439,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
               pcap=None, plot=None, waves: bool = False, build_dir=None,
               progress: bool = False, serve: int | None = None, serve_time_us: float | None = None,
               serve_nic: int = 0, simulator: str | None = None, faults: str | None = None,
-              seed: int = 0, harness_bug: str | None = None, hostmem: str | None = None) -> dict:
+              seed: int = 0, harness_bug: str | None = None, hostmem: str | None = None,
+              frameports: str | None = None) -> dict:
     """Run a scenario: RTL NICs across the fabric model; return the report (a dict).
 
     Parameters
@@ -439,6 +483,11 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         ``$MRCNIC_COSIM_AXIRAM`` names); default ``$MRCNIC_COSIM_HOSTMEM``, else ``"python"``
         when ``$MRCNIC_COSIM_AXIRAM`` is set, else ``"hdl"``.  Both give the same report
         (``report["sim"]["hostmem"]`` names it) and the same pcap.
+    frameports : str, optional
+        The plane ports' frame hand-off: ``"hdl"`` (:mod:`mrcnic.sim.frameport_hdl`) or
+        ``"python"`` (:mod:`mrcnic.sim.fastaxis`); default ``$MRCNIC_COSIM_FRAMEPORTS``,
+        else ``"hdl"``.  Both give the same report (``report["sim"]["frameports"]`` names
+        it) and the same pcap.
 
     Raises
     ------
@@ -517,13 +566,15 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     # the smallest path table that holds every NIC's entries: a smaller NIC simulates faster
     paths = max(16, 1 << (max(len(tb.path_entries) for tb in tables) - 1).bit_length())
     hostmem = resolve_hostmem(hostmem)
+    frameports = resolve_frameports(frameports)
     mem_size = _mem_size(cfgs, wrs)
     top = CosimTop(len(sc["nics"]), ports=ports, qps=qps, paths=paths,
-                   hostmem_size=mem_size if hostmem == "hdl" else None)
+                   hostmem_size=mem_size if hostmem == "hdl" else None,
+                   frameports=frameports == "hdl")
     job = dict(scenario=sc, configs=texts, wrs=wrs, times=times, inputs=top.input_names(),
                pmtu_log2=PMTUS[pmtu], pcap=str(Path(pcap).resolve()) if pcap else None,
                progress=str(progress_file), stop_file=str(stop_file),
-               hostmem=hostmem, mem_size=mem_size,
+               hostmem=hostmem, mem_size=mem_size, frameports=frameports,
                serve=None if serve is None else dict(
                    port=serve, nic=serve_nic, port_file=str(port_file),
                    time_ns=None if serve_time_us is None else serve_time_us * 1000.0))
@@ -584,6 +635,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     rep["sim"]["simulator"] = simulator
     rep["sim"]["paths"] = paths
     rep["sim"]["hostmem"] = hostmem
+    rep["sim"]["frameports"] = frameports
     rep["sim"]["mem_size"] = mem_size
     rep["build_dir"] = str(build_dir)
     if waves:
@@ -609,7 +661,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
 
 def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
                    cycles: int = 200_000, simulator: str | None = None, build_dir=None,
-                   hostmem_size: int | None = None) -> dict:
+                   hostmem_size: int | None = None, frameports: bool = False) -> dict:
     """Simulate the co-simulation top (:class:`CosimTop`, the same build as :func:`run_cosim`
     with these parameters; ``hostmem_size``: with the HDL host memory of that size, as
     ``report["sim"]["mem_size"]`` of a run with ``hostmem="hdl"``) with only its clock
@@ -627,7 +679,8 @@ def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
     build_dir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-clock-"))
     build_dir.mkdir(parents=True, exist_ok=True)
     out = build_dir / "clock.json"
-    top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=hostmem_size)
+    top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=hostmem_size,
+                   frameports=frameports)
     run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim", testcase="clock_only",
             build_dir=build_dir / "sim", quiet=True, sources=top.sources(), simulator=simulator,
             public_ports_only=True,
@@ -733,7 +786,7 @@ class _Nic:
     """One co-simulated NIC: its memory, plane sources/sinks and its CSR bank (firmware client)."""
 
     def __init__(self, dut, k: int, host: int, ports: int, cfg, tables, mem_size: int,
-                 hostmem: str = "python"):
+                 hostmem: str = "python", frameports: str = "python"):
         from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamBus
 
         from mrcnic.fw.client import AsyncCsrClient
@@ -762,12 +815,24 @@ class _Nic:
             self.mem = ram(AxiBus.from_prefix(dut, f"n{k}_m_axi", bus_separator="__"),
                            dut.clk, dut.rst, size=mem_size, mem=mmap.mmap(-1, mem_size))
             self.hostmem_err = None
-        self.sources = [AxiStreamSourceFast(AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}",
-                                                                     bus_separator="__"),
-                                            dut.clk, dut.rst) for i in range(ports)]
-        self.sinks = [AxiStreamSinkFast(AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}",
-                                                                 bus_separator="__"),
-                                        dut.clk, dut.rst) for i in range(ports)]
+        # plane ports: frameports "hdl": the frame hand-off in the simulation top
+        # (mrcnic.sim.frameport_hdl, Python once per frame); "python": cocotbext-axi's
+        # stream source / sink (mrcnic.sim.fastaxis, Python at every beat)
+        self.hdl_ports = frameports == "hdl"
+        if self.hdl_ports:
+            from .frameport_hdl import HdlFrameSink, HdlFrameSource
+            self.sources = [HdlFrameSource(getattr(dut, f"n{k}_rx{i}")) for i in range(ports)]
+            self.sinks = [HdlFrameSink(getattr(dut, f"n{k}_tx{i}"),
+                                       self.sig(f"m_axis_p{i}__tdata"),
+                                       self.sig(f"m_axis_p{i}__tkeep"),
+                                       self.sig(f"tx_done_p{i}")) for i in range(ports)]
+        else:
+            self.sources = [AxiStreamSourceFast(
+                AxiStreamBus.from_prefix(dut, f"n{k}_s_axis_p{i}", bus_separator="__"),
+                dut.clk, dut.rst) for i in range(ports)]
+            self.sinks = [AxiStreamSinkFast(
+                AxiStreamBus.from_prefix(dut, f"n{k}_m_axis_p{i}", bus_separator="__"),
+                dut.clk, dut.rst) for i in range(ports)]
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{k}_s_axil", bus_separator="__"),
                                   dut.clk, dut.rst)
         self.csr = AsyncCsrClient(AxiLiteTransport(self.axil))
@@ -782,6 +847,14 @@ class _Nic:
 
     def sig(self, name):
         return getattr(self.dut, self.pre + name)
+
+    def deliver(self, plane: int, frame: bytes):
+        """Queue ``frame`` for the NIC's plane input ``plane`` (from the next edge on)."""
+        if self.hdl_ports:
+            self.sources[plane].send_nowait(frame)
+        else:
+            from cocotbext.axi import AxiStreamFrame
+            self.sources[plane].send_nowait(AxiStreamFrame(frame))
 
     async def program(self, ack_every: int, ack_timeout: int, rel_overrides: dict):
         """Provision the NIC through its CSR bank, as ``mrcnic fw provision`` does on a board
@@ -982,8 +1055,6 @@ if cocotb is not None:
     @cocotb.test()
     async def run_cosim_job(dut):
         """Execute the job named by ``MRCNIC_JOB``; write the report to ``MRCNIC_OUT``."""
-        from cocotbext.axi import AxiStreamFrame
-
         from mrcnic.config import compile_tables, loads_config
         from mrcnic.rtl.layouts import Completion, EvEvent
 
@@ -1008,7 +1079,8 @@ if cocotb is not None:
             raise AssertionError(f"host memory of {job['mem_size']} bytes, the job needs {mem_size}")
 
         await start(dut, job["inputs"])
-        nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size, hostmem)
+        nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size, hostmem,
+                     job.get("frameports", "python"))
                 for k, h in enumerate(sc["nics"])]
         nic_of_host = {h: k for k, h in enumerate(sc["nics"])}
         for coro in [cocotb.start_soon(n.program(sc["ack_every"], sc["ack_timeout"],
@@ -1043,19 +1115,52 @@ if cocotb is not None:
 
         sent_event = Event()        # a NIC sent a frame: the fabric's next event may be sooner
 
+        def sent(nic, plane, frame, now):
+            obs.sent(nic.k, plane, frame, now)
+            fabric.send(nic.host, plane, frame, now)
+
         async def pump(nic, plane):
             sink = nic.sinks[plane]
-            host, k = nic.host, nic.k
             while True:
                 frame = bytes((await sink.recv()).tdata)
-                now = get_sim_time(unit="ns")
-                obs.sent(k, plane, frame, now)
-                fabric.send(host, plane, frame, now)
+                sent(nic, plane, frame, get_sim_time(unit="ns"))
                 sent_event.set()
 
-        for n in nics:
-            for p in range(ports):
-                cocotb.start_soon(pump(n, p))
+        hdl_ports = nics[0].hdl_ports
+        if hdl_ports:
+            # the HDL frame hand-off: the main loop reads the frames that end at an edge
+            # after everything else it does there, as the pumps did (they ran after it)
+            tx_done = [(n, p, s, s.done) for n in nics for p, s in enumerate(n.sinks)]
+
+            drained_at = [None]
+
+            def drain_tx(now) -> bool:
+                """Hand the frames whose last beat this edge takes to the fabric (once per
+                edge); True if there was one."""
+                if drained_at[0] == now:
+                    return False
+                drained_at[0] = now
+                got = False
+                for n, p, s, done in tx_done:
+                    if done():
+                        sent(n, p, s.frame(), now)
+                        got = True
+                return got
+
+            async def drain_cycles(count):
+                """``count`` clocks with the frames sent in them handed to the fabric."""
+                drain_tx(get_sim_time(unit="ns"))
+                edge = RisingEdge(dut.clk)
+                for _ in range(count):
+                    await edge
+                    drain_tx(get_sim_time(unit="ns"))
+        else:
+            for n in nics:
+                for p in range(ports):
+                    cocotb.start_soon(pump(n, p))
+
+            async def drain_cycles(count):
+                await ClockCycles(dut.clk, count)
 
         serve = job.get("serve")
         bridge = server = None
@@ -1105,6 +1210,8 @@ if cocotb is not None:
         # is every run with MRCNIC_COSIM_POLL=1 (to check that both give the same result).
         watched = [nics[k].cpl_valid for k in receivers] + \
             [n.sig(name) for n in nics for name in ("send_cpl__valid", "ev_tap_valid")]
+        if hdl_ports:
+            watched += [n.sig(f"tx_done_p{p}") for n in nics for p in range(ports)]
         waker = _EdgeWaker(dut.clk, watched, sent_event,
                            every_cycle=bool(serve) or os.environ.get("MRCNIC_COSIM_POLL") == "1")
         # the ports read at every wake-up, read through mrcnic.sim.fastsig
@@ -1125,7 +1232,7 @@ if cocotb is not None:
                     if k is None:
                         continue                     # background sink host: no NIC
                     obs.delivered(d.frame_bytes)
-                    nics[k].sources[d.plane].send_nowait(AxiStreamFrame(d.frame_bytes))
+                    nics[k].deliver(d.plane, d.frame_bytes)
             for flow in bg:
                 while flow[0] <= now and flow[0] < flow[2]:
                     fabric.send(flow[3], flow[4], flow[5], now)
@@ -1189,6 +1296,15 @@ if cocotb is not None:
                 break
             # the next edge Python must see (the waker also wakes on frames and port events)
             due = [limit, first_edge + (((cycles >> 8) + 1) << 8) * CLK_NS - CLK_NS]
+            if hdl_ports:
+                backlog = False
+                for n in nics:
+                    for src in n.sources:
+                        if src.backlog:
+                            src.refill()
+                            backlog = backlog or src.waiting()
+                if drain_tx(now) or backlog:
+                    due.append(now)             # the next edge
             nxt = fabric.next_event_ns()
             if nxt is not None:
                 due.append(nxt)
@@ -1216,8 +1332,8 @@ if cocotb is not None:
             for _ in range(200):
                 if all(s.idle() for n in nics for s in n.sources):
                     break
-                await ClockCycles(dut.clk, 64)
-            await ClockCycles(dut.clk, 256)
+                await drain_cycles(64)
+            await drain_cycles(256)
         invariants = None
         if not serve:
             injected = fabric.faults.counters() if fabric.faults is not None else None

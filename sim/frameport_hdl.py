@@ -1,0 +1,277 @@
+"""The co-simulation's plane-port frame hand-off in the testbench's HDL: whole frames
+between the Python fabric and a NIC's AXI-Stream plane ports, no Python per beat.
+
+``mrcnic sim`` connects every plane port of every NIC to the fabric model.  The Python
+stream models (:mod:`mrcnic.sim.fastaxis`, cocotbext-axi's ``AxiStreamSource`` /
+``AxiStreamSink``) wake at every clock edge while a frame flows, which caps the
+co-simulation's speed; these buffers are simulated by the simulator itself and Python
+touches them once per frame:
+
+* :data:`INJECT_MODULE` (fabric -> NIC, on the NIC's ``s_axis_p<i>``): a ring of
+  ``2**AW`` beats ``{tlast, tkeep[7:0], tdata[63:0]}`` that Python fills through the
+  simulator's handles (:class:`HdlFrameSource`), and ``queued``, the frames Python put in
+  (written by Python only).  At every rising edge it does what ``AxiStreamSourceFast``
+  does at that edge: when the beat on the port was taken (``tvalid & tready``) or
+  ``tvalid`` is low, it drives the next beat of the frame in progress, or the first beat
+  of the next queued frame (``taken`` counts frames started), or ``tvalid = tlast = 0``
+  (``tdata`` / ``tkeep`` keep their last values, as cocotbext-axi's do).  A frame Python
+  queues at an edge is first driven at the following edge, as the Python source's (it
+  sees a frame sent at an edge from the next edge on).
+* :data:`CAPTURE_MODULE` (NIC -> fabric, on the NIC's ``m_axis_p<i>``): ``tready`` low in
+  reset and for the first edge after it, then high (the Python sink, started at the edge
+  after reset, drives ``tready = 1`` from the edge after that, and its queue never
+  fills); every beat taken is written to a ring of ``2**AW`` beats ``{tkeep, tdata}`` at
+  ``wp`` (beats taken since reset; ``frames`` counts the last beats).  ``done`` (combinational: ``tvalid & tready &
+  tlast``) is high in the clock whose edge takes a frame's last beat;
+  :class:`HdlFrameSink` reads the frame at that edge: its earlier beats from the ring,
+  the last one from the port (``tdata`` / ``tkeep``, top-level signals of the
+  co-simulation top), the bytes whose ``tkeep`` bit is set, as cocotbext-axi's
+  ``recv()`` returns them.
+
+The Verilog is hand-written (a memory of thousands of beats as an Amaranth ``Memory``
+would carry its initial contents word by word through RTLIL); the metacomments make the
+arrays and counters visible to cocotb under Verilator.  Python writes a ring row with an
+immediate GPI deposit (a row past every queued frame: the HDL reads it only after
+``queued`` counts its frame) and ``queued`` with cocotb's scheduled write (applied after
+the edge's logic ran, as a cocotb write is).  Python never reads a row of the capture
+ring that the edge it reads at writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from pathlib import Path
+
+__all__ = ["INJECT_MODULE", "CAPTURE_MODULE", "INJECT_AW", "CAPTURE_AW",
+           "frameport_verilog", "HdlFrameSource", "HdlFrameSink"]
+
+INJECT_MODULE = "mrcnic_frame_inject"     #: Verilog module: fabric -> NIC plane port
+CAPTURE_MODULE = "mrcnic_frame_capture"   #: Verilog module: NIC plane port -> fabric
+INJECT_AW = 13        #: log2(beats) of an inject ring: 64 KiB of frames queued per port
+CAPTURE_AW = 10       #: log2(beats) of a capture ring: 8 KiB, longer than any NIC frame
+LANES, DATA_WIDTH = 8, 64                 #: the NIC's plane ports (CsrNic)
+
+
+def _text() -> str:
+    d, k = DATA_WIDTH, LANES
+    return f"""// {INJECT_MODULE}, {CAPTURE_MODULE}: the co-simulation's plane-port frame hand-off
+// (mrcnic.sim.frameport_hdl)
+module {INJECT_MODULE} #(parameter AW = {INJECT_AW}) (
+  input clk, input rst,
+  output reg tvalid, input tready, output reg [{d - 1}:0] tdata,
+  output reg [{k - 1}:0] tkeep, output reg tlast);
+  reg [{d + k}:0] ring [0:(1 << AW) - 1] /*verilator public_flat_rw*/;  // {{tlast, tkeep, tdata}}
+  reg [31:0] queued /*verilator public_flat_rw*/;   // frames Python put in (Python writes it)
+  reg [31:0] taken /*verilator public_flat_rw*/;    // frames started
+  reg [AW - 1:0] rp /*verilator public_flat_rw*/;   // next beat to drive
+  reg active /*verilator public_flat_rw*/;          // a frame is in progress
+  wire [{d + k}:0] beat = ring[rp];
+  integer i;
+  initial begin
+    tvalid = 0; tdata = 0; tkeep = 0; tlast = 0;
+    queued = 0; taken = 0; rp = 0; active = 0;
+    for (i = 0; i < (1 << AW); i = i + 1) ring[i] = 0;
+  end
+  always @(posedge clk) begin
+    if (rst) begin
+      tvalid <= 0; tdata <= 0; tkeep <= 0; tlast <= 0; active <= 0;
+    end else if ((tvalid & tready) | ~tvalid) begin
+      if (active | (queued != taken)) begin
+        tvalid <= 1;
+        tdata <= beat[{d - 1}:0];
+        tkeep <= beat[{d + k - 1}:{d}];
+        tlast <= beat[{d + k}];
+        rp <= rp + 1'b1;
+        active <= ~beat[{d + k}];
+        if (!active) taken <= taken + 1;
+      end else begin
+        tvalid <= 0; tlast <= 0;
+      end
+    end
+  end
+endmodule
+
+module {CAPTURE_MODULE} #(parameter AW = {CAPTURE_AW}) (
+  input clk, input rst,
+  input tvalid, output reg tready, input [{d - 1}:0] tdata, input [{k - 1}:0] tkeep,
+  input tlast, output done);
+  reg [{d + k - 1}:0] ring [0:(1 << AW) - 1] /*verilator public_flat_rw*/;  // {{tkeep, tdata}}
+  reg [31:0] wp /*verilator public_flat_rw*/;       // beats taken since reset
+  reg [31:0] frames /*verilator public_flat_rw*/;   // frames ended since reset
+  reg armed;
+  integer i;
+  assign done = tvalid & tready & tlast;
+  initial begin
+    tready = 0; wp = 0; frames = 0; armed = 0;
+    for (i = 0; i < (1 << AW); i = i + 1) ring[i] = 0;
+  end
+  always @(posedge clk) begin
+    armed <= ~rst;
+    tready <= ~rst & armed;
+    if (rst) begin
+      wp <= 0; frames <= 0;
+    end else if (tvalid & tready) begin
+      ring[wp[AW - 1:0]] <= {{tkeep, tdata}};
+      wp <= wp + 1;
+      if (tlast) frames <= frames + 1;
+    end
+  end
+endmodule
+"""
+
+
+def frameport_verilog() -> Path:
+    """Both modules' Verilog, in the build cache under a name that hashes its text."""
+    from .rtlsim import cache_dir
+
+    text = _text()
+    path = cache_dir() / f"mrcnic_frameport-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def _beats(frame: bytes) -> list[int]:
+    """The ring rows ``{tlast, tkeep, tdata}`` of a frame, 8 bytes per beat, the last beat's
+    missing lanes zero with their ``tkeep`` bits clear (as ``AxiStreamSourceFast`` cuts it)."""
+    rows, n = [], len(frame)
+    for off in range(0, n, LANES):
+        chunk = frame[off:off + LANES]
+        last = off + LANES >= n
+        rows.append((int(last) << (DATA_WIDTH + LANES)) | (((1 << len(chunk)) - 1) << DATA_WIDTH)
+                    | int.from_bytes(chunk, "little"))
+    return rows
+
+
+class HdlFrameSource:
+    """Python's side of one :data:`INJECT_MODULE` instance (``inst``: its cocotb handle):
+    :meth:`send_nowait` queues a frame (``bytes``, at least one byte) for the NIC's plane
+    port.
+
+    A frame goes into the ring at once when it has room (one GPI write per 8-byte beat,
+    then ``queued`` + 1); otherwise it waits in :attr:`backlog` until :meth:`refill`,
+    which the co-simulation calls at every edge it wakes at, and at every edge while the
+    backlog is not empty (:meth:`waiting`).  A frame longer than the ring raises
+    ``ValueError``.
+    """
+
+    def __init__(self, inst, aw: int = INJECT_AW):
+        from .fastsig import reader, writer
+
+        self.size = 1 << aw
+        self._rows = inst.ring._handle
+        self._handles = {}
+        self._rp = reader(inst.rp)
+        self._taken = reader(inst.taken)
+        self._active = reader(inst.active)
+        self._queued_w = writer(inst.queued)
+        self.queued = 0           # frames put in the ring (the value last written to queued)
+        self.wp = 0               # next free row
+        self.backlog = deque()
+        self._fmt = f"0{DATA_WIDTH + LANES + 1}b"
+
+    def _row(self, i: int):
+        h = self._handles.get(i)
+        if h is None:
+            h = self._handles[i] = self._rows.get_handle_by_index(i)
+        return h
+
+    def _room(self) -> int:
+        """Rows free: the ring less the beats not yet driven (one row is kept free, so
+        ``wp == rp`` means empty)."""
+        return self.size - 1 - ((self.wp - self._rp()) % self.size)
+
+    def _put(self, rows: list[int]):
+        fmt = self._fmt
+        for v in rows:
+            self._row(self.wp).set_signal_val_binstr(0, format(v, fmt))   # immediate deposit
+            self.wp = (self.wp + 1) % self.size
+        self.queued = (self.queued + 1) & 0xFFFFFFFF
+        self._queued_w(self.queued)
+
+    def send_nowait(self, frame: bytes):
+        """Queue ``frame`` (its bytes, all lanes valid but the last beat's tail)."""
+        rows = _beats(bytes(frame))
+        if not rows or len(rows) >= self.size:
+            raise ValueError(f"a frame of {len(frame)} bytes does not fit the inject ring "
+                             f"({self.size - 1} beats)")
+        if self.backlog or len(rows) > self._room():
+            self.backlog.append(rows)
+        else:
+            self._put(rows)
+
+    def refill(self):
+        """Move backlogged frames into the ring while they fit, in order."""
+        while self.backlog and len(self.backlog[0]) <= self._room():
+            self._put(self.backlog.popleft())
+
+    def waiting(self) -> bool:
+        """Frames wait in the backlog (the co-simulation then wakes at every edge)."""
+        return bool(self.backlog)
+
+    def idle(self) -> bool:
+        """No frame queued, backlogged or in progress (``AxiStreamSource.idle()``)."""
+        return not self.backlog and self._taken() == self.queued and not self._active()
+
+
+class HdlFrameSink:
+    """Python's side of one :data:`CAPTURE_MODULE` instance (``inst``) on a NIC's
+    ``m_axis_p<i>`` (``tdata`` / ``tkeep``: cocotb handles of the port's top-level
+    signals, ``done``: of its ``done``).
+
+    :meth:`frame` at an edge where :meth:`done` is true (read right after the edge: the
+    values the edge sampled) returns the frame whose last beat that edge takes.  Raises
+    ``RuntimeError`` for a frame longer than the ring (it would have overwritten its own
+    first beats) and when a frame ended at an edge Python did not read (``frames``, the
+    HDL's count of frames ended, is not :attr:`count`).
+    """
+
+    def __init__(self, inst, tdata, tkeep, done, aw: int = CAPTURE_AW):
+        from .fastsig import bit_reader, reader
+
+        self.size = 1 << aw
+        self._rows = inst.ring._handle
+        self._handles = {}
+        self._wp = reader(inst.wp)
+        self._frames = reader(inst.frames)
+        self.count = 0            # frames read
+        self._tdata, self._tkeep = reader(tdata), reader(tkeep)
+        self.done = bit_reader(done)
+        self.rp = 0               # beats taken before the frame in progress (since reset)
+
+    def _row(self, i: int):
+        h = self._handles.get(i)
+        if h is None:
+            h = self._handles[i] = self._rows.get_handle_by_index(i)
+        return h
+
+    @staticmethod
+    def _bytes(v: int, keep: int) -> bytes:
+        b = v.to_bytes(LANES, "little")
+        if keep == (1 << LANES) - 1:
+            return b
+        return bytes(b[i] for i in range(LANES) if keep >> i & 1)
+
+    def frame(self) -> bytes:
+        """The frame ending at this edge (see the class)."""
+        if self._frames() != self.count:
+            raise RuntimeError(f"{self._frames() - self.count} frame(s) ended at edges the "
+                               "co-simulation did not read (mrcnic.sim.frameport_hdl)")
+        self.count = (self.count + 1) & 0xFFFFFFFF
+        wp = self._wp()
+        n = (wp - self.rp) & 0xFFFFFFFF
+        if n >= self.size:
+            raise RuntimeError(f"a frame of more than {self.size} beats overran the capture "
+                               "ring (mrcnic.sim.frameport_hdl.CAPTURE_AW)")
+        out = bytearray()
+        mask = (1 << DATA_WIDTH) - 1
+        for i in range(self.rp, self.rp + n):
+            v = int(self._row(i % self.size).get_signal_val_binstr(), 2)
+            out += self._bytes(v & mask, v >> DATA_WIDTH)
+        out += self._bytes(self._tdata(), self._tkeep())
+        self.rp = (wp + 1) & 0xFFFFFFFF
+        return bytes(out)
