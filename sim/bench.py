@@ -221,11 +221,12 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
         n = clock_cycles or CLOCK_CYCLES[sim]
         say(f"{sim}: clock only, {n} cycles")
         # the same top as the scenario's: with its HDL host memory, when it had one
+        # and HDL frame ports, when it had them
         mem = rep["sim"]["mem_size"] if rep["sim"].get("hostmem") == "hdl" else None
+        fp = rep["sim"].get("frameports") == "hdl"
         clk = run_clock_only(nics, ports=ports, paths=paths, cycles=n, simulator=sim,
-                             hostmem_size=mem,
-                             build_dir=d / "clock")
-        top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=mem)
+                             hostmem_size=mem, frameports=fp, build_dir=d / "clock")
+        top = CosimTop(nics, ports=ports, paths=paths, hostmem_size=mem, frameports=fp)
         srcs = [write_verilog(top, "mrcnic_cosim", d / "build"), *top.sources()]
         cold_s = None
         if cold:
@@ -238,6 +239,7 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
                                      simulator=sim, quiet=True, public_ports_only=True)
         rows.append(dict(
             simulator=sim, hostmem=rep["sim"].get("hostmem"),
+            frameports=rep["sim"].get("frameports"),
             clock_cycles=clk["cycles"], clock_cps=clk["cycles_per_s"],
             scenario_cycles=rep["sim"]["cycles"], scenario_cps=rep["sim"]["cycles_per_s"],
             harness=round(rep["sim"]["cycles_per_s"] / clk["cycles_per_s"], 3),

@@ -51,7 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -123,6 +123,10 @@ class CosimTop(wiring.Component):
         is the top's output ``n<k>_tx_done_p<i>``; the ports' signals keep their names
         (``n<k>_m_axis_p<i>__tdata`` ...) as nets of the top.  False: they are ports, for
         the Python stream models.
+
+    ``wake_any`` is high while any NIC's ``recv_cpl.valid``, ``send_cpl.valid`` or
+    ``ev_tap_valid`` is, or (``frameports``) any ``n<k>_tx_done_p<i>``: the events the
+    co-simulation's loop must see at their edge (one signal to watch and read).
     """
 
     def __init__(self, nics: int, ports: int = 4, qps: int = COSIM_QPS, paths: int = COSIM_PATHS,
@@ -150,6 +154,7 @@ class CosimTop(wiring.Component):
         if self.frameports:
             members.update({f"n{k}_tx_done_p{i}": wiring.Out(1)
                             for k in range(nics) for i in range(ports)})
+        members["wake_any"] = wiring.Out(1)
         super().__init__(members)
 
     def _internal(self, path) -> bool:
@@ -181,6 +186,7 @@ class CosimTop(wiring.Component):
         from amaranth.hdl import Signal
 
         m = Module()
+        wake = []
         for k in range(self.nics):
             kw, hm, streams = {}, {}, {}
             for path, member in self.nic_signature.members.flatten():
@@ -203,6 +209,7 @@ class CosimTop(wiring.Component):
                 kw[("i_" if member.flow == In else "o_") + name] = obj
             m.submodules[f"nic{k}"] = Instance(NIC_MODULE, i_clk=ClockSignal(),
                                                i_rst=ResetSignal(), **kw)
+            wake += [kw["o_recv_cpl__valid"], kw["o_send_cpl__valid"], kw["o_ev_tap_valid"]]
             if self.hostmem_size is not None:
                 from .hostmem_hdl import (DATA_WIDTH, HOSTMEM_MODULE, LANES, RAM_MODULE,
                                           WORD_BITS)
@@ -230,6 +237,8 @@ class CosimTop(wiring.Component):
                     m.submodules[f"n{k}_tx{i}"] = Instance(
                         CAPTURE_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
                         o_done=getattr(self, f"n{k}_tx_done_p{i}"), **streams[f"m_axis_p{i}"])
+                    wake.append(getattr(self, f"n{k}_tx_done_p{i}"))
+        m.d.comb += self.wake_any.eq(Cat(*wake).any())
         return m
 
 
@@ -726,6 +735,48 @@ def _classify(f: bytes):
     return op, ((sport & 0xFFF) << 20) | flow, dqpn, psn, tc & 3, tc >> 2, sack_ev, flags
 
 
+def _timer_or_rise_class():
+    """:class:`_TimerOrRise`, made on first use (it subclasses a cocotb internal)."""
+    from cocotb import simulator
+    from cocotb._gpi_triggers import GPITrigger
+    from cocotb.utils import get_sim_steps
+
+    class _TimerOrRise(GPITrigger):
+        """One trigger that fires after ``ns`` nanoseconds or at a rising edge of ``signal``,
+        whichever is first: what ``First(Timer(ns), RisingEdge(signal))`` does, without the
+        task ``First`` starts per trigger at every await (two GPI callbacks; the one that
+        fires first removes the other)."""
+
+        def __init__(self, ns: float, signal):
+            super().__init__()
+            self._steps = get_sim_steps(ns, "ns", round_mode="round") or 1
+            self._signal = signal._handle
+            self._other = None
+
+        def _prime(self):
+            self._cbhdl = simulator.register_timed_callback(self._steps, self._fire, 0)
+            self._other = simulator.register_value_change_callback(
+                self._signal, self._fire, simulator.RISING, 1)
+
+        def _fire(self, which):
+            # the callback that fired is gone; remove the other one
+            if which == 0:
+                self._cbhdl, other = None, self._other
+            else:
+                self._other, other = None, self._cbhdl
+            self._cbhdl = self._other = None
+            other.deregister()
+            self._react()
+
+        def _unprime(self):
+            for h in (self._cbhdl, self._other):
+                if h is not None:
+                    h.deregister()
+            self._cbhdl = self._other = None
+
+    return _TimerOrRise
+
+
 class _EdgeWaker:
     """Wakes the co-simulation's main loop at the clock edges it must see, and only those.
 
@@ -736,7 +787,9 @@ class _EdgeWaker:
     is seen, so back-to-back events are never missed.  What the loop reads at an edge is
     what it read when it woke every clock; it only skips the edges where it did nothing.
     One watcher task per watched signal sets ``sent_event`` when the signal rises, so the
-    sleep waits on two triggers (``First`` makes a task per trigger, at every sleep).
+    sleep waits on two triggers (``First`` makes a task per trigger, at every sleep).  With
+    ``sent_event`` None (nothing else sends: the HDL frame ports), ``watched`` is one
+    signal and the sleep is one trigger on it and the time (:func:`_timer_or_rise_class`).
     """
 
     def __init__(self, clk, watched, sent_event, every_cycle: bool = False):
@@ -747,7 +800,12 @@ class _EdgeWaker:
         self.edge = RisingEdge(clk)
         self.every_cycle = every_cycle
         self.target = None          # the next edge due (ns), or None: the next edge
-        if not every_cycle:
+        self.timer_or_rise = None
+        if sent_event is None:
+            if len(watched) != 1:
+                raise ValueError("without sent_event the waker watches exactly one signal")
+            self.timer_or_rise = _timer_or_rise_class()
+        elif not every_cycle:
             for s in watched:
                 cocotb.start_soon(self._watch(RisingEdge(s)))
 
@@ -776,8 +834,11 @@ class _EdgeWaker:
         if target is not None:
             gap = target - get_sim_time(unit="ns")
             if gap > CLK_NS:
-                self.sent_event.clear()
-                await First(Timer(gap - CLK_NS / 2, unit="ns"), self.sent_event.wait())
+                if self.timer_or_rise is not None:
+                    await self.timer_or_rise(gap - CLK_NS / 2, self.watched[0])
+                else:
+                    self.sent_event.clear()
+                    await First(Timer(gap - CLK_NS / 2, unit="ns"), self.sent_event.wait())
         await self.edge
         return get_sim_time(unit="ns")
 
@@ -1079,6 +1140,9 @@ if cocotb is not None:
             raise AssertionError(f"host memory of {job['mem_size']} bytes, the job needs {mem_size}")
 
         await start(dut, job["inputs"])
+        # GPI's debug messages (one per handle made, thousands for the HDL memories' words)
+        # are filtered in C below WARNING instead of in Python
+        logging.getLogger("gpi").setLevel(logging.WARNING)
         nics = [_Nic(dut, k, h, ports, cfgs[k], tables[k], mem_size, hostmem,
                      job.get("frameports", "python"))
                 for k, h in enumerate(sc["nics"])]
@@ -1202,17 +1266,20 @@ if cocotb is not None:
         signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
         prog = open(job["progress"], "a")
         wall0 = time.monotonic()
+        profile = None
+        if os.environ.get("MRCNIC_COSIM_PROFILE"):      # the run loop's Python, profiled
+            import cProfile
+            profile = cProfile.Profile()
+            profile.enable()
         cycles = 0
         # Python wakes only at the clock edges where something happens (see _EdgeWaker):
         # a fabric event or background frame due, a frame sent by a NIC, a completion or EV
         # event on a NIC's ports, every 256th cycle (cwnd samples, progress, stall check),
         # the end of the run.  A served run is polled every clock (its CSR bridge), and so
         # is every run with MRCNIC_COSIM_POLL=1 (to check that both give the same result).
-        watched = [nics[k].cpl_valid for k in receivers] + \
-            [n.sig(name) for n in nics for name in ("send_cpl__valid", "ev_tap_valid")]
-        if hdl_ports:
-            watched += [n.sig(f"tx_done_p{p}") for n in nics for p in range(ports)]
-        waker = _EdgeWaker(dut.clk, watched, sent_event,
+        # every port event the loop must see at its edge, ORed in the top (CosimTop.wake_any)
+        watched = [dut.wake_any]
+        waker = _EdgeWaker(dut.clk, watched, None if hdl_ports else sent_event,
                            every_cycle=bool(serve) or os.environ.get("MRCNIC_COSIM_POLL") == "1")
         # the ports read at every wake-up, read through mrcnic.sim.fastsig
         from .fastsig import bit_reader, reader
@@ -1220,8 +1287,10 @@ if cocotb is not None:
         send_cpl_high = [(n, bit_reader(n.sig("send_cpl__valid"))) for n in nics]
         ev_high = [(n, bit_reader(n.sig("ev_tap_valid"))) for n in nics]
         placed_bytes = [reader(nics[k].sig("placed_bytes")) for k in receivers]
+        any_event = bit_reader(dut.wake_any)
         while True:
             now = await waker.next_edge()
+            event = any_event()         # a completion, EV event or frame end at this edge
             if not cycles:
                 first_edge = now
             cycles = int(round((now - first_edge) / CLK_NS)) + 1
@@ -1238,18 +1307,18 @@ if cocotb is not None:
                     fabric.send(flow[3], flow[4], flow[5], now)
                     flow[0] += flow[1]
                     bg_sent += 1
-            for k, high in cpl_high:
+            for k, high in cpl_high if event else ():
                 if high():
                     c = unpack(Completion, int(nics[k].cpl_payload.value))
                     if serve or checker.rx_completion(k, int(c["qp"]), now, mems):
                         completions.append(dict(nic=k, qp=int(c["qp"]), psn=int(c["psn"]),
                                                 t_ns=now))
-            for n, high in send_cpl_high:
+            for n, high in send_cpl_high if event else ():
                 if high():
                     c = unpack(Completion, int(n.sig("send_cpl__payload").value))
                     send_cpls.append(dict(nic=n.k, qp=int(c["qp"]), psn=int(c["psn"]), t_ns=now))
                     checker.tx_completion(n.k, int(c["qp"]))
-            for n, high in ev_high:
+            for n, high in ev_high if event else ():
                 if high():
                     e = unpack(EvEvent, int(n.sig("ev_tap").value))
                     events.append(dict(nic=n.k, t_ns=now, index=int(e["index"]),
@@ -1303,8 +1372,10 @@ if cocotb is not None:
                         if src.backlog:
                             src.refill()
                             backlog = backlog or src.waiting()
-                if drain_tx(now) or backlog:
-                    due.append(now)             # the next edge
+                if event:
+                    drain_tx(now)
+                if backlog:
+                    due.append(now)             # the next edge: the backlog refilled
             nxt = fabric.next_event_ns()
             if nxt is not None:
                 due.append(nxt)
@@ -1313,6 +1384,9 @@ if cocotb is not None:
                 due.append(done_at + sc["linger_ns"])
             waker.plan(now, min(due))
         wall = time.monotonic() - wall0
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(os.environ["MRCNIC_COSIM_PROFILE"])
         end_ns = get_sim_time(unit="ns")
         prog.write(json.dumps(dict(
             t_ns=end_ns, t_rel_ns=end_ns - t0, cycles=cycles,

@@ -49,8 +49,11 @@ __all__ = ["INJECT_MODULE", "CAPTURE_MODULE", "INJECT_AW", "CAPTURE_AW",
 
 INJECT_MODULE = "mrcnic_frame_inject"     #: Verilog module: fabric -> NIC plane port
 CAPTURE_MODULE = "mrcnic_frame_capture"   #: Verilog module: NIC plane port -> fabric
-INJECT_AW = 13        #: log2(beats) of an inject ring: 64 KiB of frames queued per port
+INJECT_AW = 10        #: log2(beats) of an inject ring: 8 KiB queued per port (more waits in Python)
 CAPTURE_AW = 10       #: log2(beats) of a capture ring: 8 KiB, longer than any NIC frame
+# A NIC frame is at most ~4.5 KiB (563 beats).  A frame waits in the inject ring's backlog
+# only while the ring holds more than 1023 - 563 beats still to drive, so it is in the ring
+# before the port runs dry: the port's timing stays the Python source's.
 LANES, DATA_WIDTH = 8, 64                 #: the NIC's plane ports (CsrNic)
 
 

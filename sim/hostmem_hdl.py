@@ -257,7 +257,10 @@ def hostmem_verilog() -> Path:
     """Verilog of :class:`HostMemAxi` as module :data:`HOSTMEM_MODULE` (build cache)."""
     from .rtlsim import cached_verilog
 
-    return cached_verilog(HostMemAxi(), HOSTMEM_MODULE, "HostMemAxi")
+    hm = HostMemAxi()
+    path = cached_verilog(hm, HOSTMEM_MODULE, "HostMemAxi")
+    hm._MustUse__silence = True          # a cache hit never elaborates it
+    return path
 
 
 # --------------------------------------------------------------------------
