@@ -389,12 +389,14 @@ def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_
             raise RunFailed(f"{exc} (build directory: {bdir})") from None
         table = Table(title=f"simulation speed: NIC clock cycles per wall second "
                             f"(2 NICs, scenario {scenario})")
-        for col in ("simulator", "clock only", f"{scenario}", "harness", "sim wall s",
-                    "build cold s", "build cached s"):
+        for col in ("simulator", "clock only", f"{scenario}", "harness", "python share",
+                    "sim wall s", "build cold s", "build cached s"):
             table.add_column(col, justify="right")
         for r in res["rows"]:
+            share = r.get("python_share")
             table.add_row(r["simulator"], f"{r['clock_cps']:,.0f}", f"{r['scenario_cps']:,.0f}",
-                          f"{r['harness']:.2f}", f"{r['sim_wall_s']:.1f}",
+                          f"{r['harness']:.2f}", "-" if share is None else f"{share:.2f}",
+                          f"{r['sim_wall_s']:.1f}",
                           "-" if r["build_cold_s"] is None else f"{r['build_cold_s']:.1f}",
                           f"{r['build_cached_s']:.2f}")
         console.print(table)

@@ -190,7 +190,11 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
       (default :data:`CLOCK_CYCLES` of the simulator; :func:`~mrcnic.sim.cosim.run_clock_only`);
     * ``scenario_cps``: ``mrcnic sim --scenario <scenario>`` itself (its report's
       ``sim.cycles_per_s``, from reset release to the end), and its wall time ``sim_wall_s``;
-    * ``harness``: ``scenario_cps / clock_cps`` (1.0 = the harness costs nothing);
+    * ``harness``: ``scenario_cps / clock_cps`` (1.0 = the harness costs nothing; the
+      NICs moving traffic also simulate slower than idle ones);
+    * ``python_share``: the share of the scenario's run loop wall time spent in the loop's
+      own Python (``loop_python_s``, the report's ``sim.loop_python_s``), the rest being the
+      simulator;
     * ``build_cold_s``: compiling the simulation model from scratch (generated Verilog from
       the cache, no compiled-model cache, no ccache; skipped with ``cold=False``), and
       ``build_cached_s``: the same build found in the build cache.
@@ -243,6 +247,10 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
             clock_cycles=clk["cycles"], clock_cps=clk["cycles_per_s"],
             scenario_cycles=rep["sim"]["cycles"], scenario_cps=rep["sim"]["cycles_per_s"],
             harness=round(rep["sim"]["cycles_per_s"] / clk["cycles_per_s"], 3),
+            loop_python_s=rep["sim"].get("loop_python_s"),
+            python_share=(round(rep["sim"]["loop_python_s"] / rep["sim"]["cocotb_wall_s"], 3)
+                          if rep["sim"].get("loop_python_s") is not None
+                          and rep["sim"]["cocotb_wall_s"] else None),
             sim_wall_s=rep["sim"]["wall_s"], complete=rep["complete"],
             build_cold_s=None if cold_s is None else round(cold_s, 1),
             build_cached_s=round(cached_s, 2), cached=hit))

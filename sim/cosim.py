@@ -1288,8 +1288,10 @@ if cocotb is not None:
         ev_high = [(n, bit_reader(n.sig("ev_tap_valid"))) for n in nics]
         placed_bytes = [reader(nics[k].sig("placed_bytes")) for k in receivers]
         any_event = bit_reader(dut.wake_any)
+        loop_py_s, perf = 0.0, time.perf_counter     # wall seconds in the loop's own Python
         while True:
             now = await waker.next_edge()
+            t_wake = perf()
             event = any_event()         # a completion, EV event or frame end at this edge
             if not cycles:
                 first_edge = now
@@ -1383,6 +1385,7 @@ if cocotb is not None:
             if done_at is not None:
                 due.append(done_at + sc["linger_ns"])
             waker.plan(now, min(due))
+            loop_py_s += perf() - t_wake
         wall = time.monotonic() - wall0
         if profile is not None:
             profile.disable()
@@ -1496,6 +1499,7 @@ if cocotb is not None:
             completions=completions, send_completions=send_cpls, cwnd=cwnd,
             throughput=dict(bin_ns=bin_ns, t0_ns=t0, t_ns=thr["t_ns"], planes=thr["planes"]),
             sim=dict(cycles=cycles, t0_ns=t0, end_ns=end, cocotb_wall_s=round(wall, 2),
+                     loop_python_s=round(loop_py_s, 3),
                      cycles_per_s=round(cycles / max(wall, 1e-9), 1)),
         )
         if job.get("pcap"):

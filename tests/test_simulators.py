@@ -20,8 +20,8 @@ from mrcnic.sim.simulators import SimulatorMissing, resolve, simulator_env
 
 #: report fields that measure or name the host side (simulator, host-memory and frame-port
 #: models), not the simulated NICs
-HOST_FIELDS = {"cocotb_wall_s", "cycles_per_s", "wall_s", "simulator", "hostmem",
-               "frameports"}
+HOST_FIELDS = {"cocotb_wall_s", "loop_python_s", "cycles_per_s", "wall_s", "simulator",
+               "hostmem", "frameports"}
 
 
 def _comparable(rep: dict) -> dict:
