@@ -225,9 +225,11 @@ class HdlFrameSource:
     def send_nowait(self, frame: bytes):
         """Queue ``frame`` (its bytes, all lanes valid but the last beat's tail)."""
         rows = _rows(bytes(frame))
-        if not rows or len(rows) >= self.size // ROW_BEATS:
+        # at most rows - 2 rows: such a frame, backlogged, reaches the ring by the edge the
+        # ring's last beat is driven, so the port's timing stays the Python source's
+        if not rows or len(rows) > self.size // ROW_BEATS - 2:
             raise ValueError(f"a frame of {len(frame)} bytes does not fit the inject ring "
-                             f"({self.size - ROW_BEATS} beats)")
+                             f"(at most {(self.size - 2 * ROW_BEATS) * LANES} bytes)")
         if self.backlog or len(rows) > self._room():
             self.backlog.append(rows)
         else:

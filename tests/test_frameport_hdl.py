@@ -5,8 +5,8 @@ cocotbext-axi's stream source and sink (sim/fastaxis.py) drive, cycle for cycle.
   duplication, reordering: the end-of-run drain path) give the same report (every field
   but the wall-clock ones and the models' names) and a byte-identical pcap with the frame
   ports and the host memory in HDL or in Python.
-* The inject ring's backlog (frames waiting in Python while the ring is full) keeps the
-  frames in order and whole (a ring of 64 beats under the trim-incast scenario).
+* The modules on their own, against the same Python models on small rings (backlog, wrap):
+  tests/test_frameport_unit.py.
 """
 
 import pytest

@@ -94,9 +94,9 @@ def test_inject_refuses_frames_longer_than_the_ring(aw):
         with pytest.raises(ValueError):
             src.send_nowait(bytes(n))
     assert (src.queued, src.wp, len(src.backlog), inst.ring.rows) == (0, 0, 0, {})
-    src.send_nowait(bytes(inject_max_bytes(aw)))             # the longest: rows - 1 rows
+    src.send_nowait(bytes(inject_max_bytes(aw)))             # the longest: rows - 2 rows
     assert src.queued == 1 and inst.queued.writes == [1] and not src.backlog
-    assert src.wp == (1 << aw) - 8
+    assert src.wp == (1 << aw) - 16
 
 
 def test_inject_rows_and_backlog():
