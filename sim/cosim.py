@@ -1198,18 +1198,15 @@ if cocotb is not None:
 
             drained_at = [None]
 
-            def drain_tx(now) -> bool:
+            def drain_tx(now):
                 """Hand the frames whose last beat this edge takes to the fabric (once per
-                edge); True if there was one."""
+                edge)."""
                 if drained_at[0] == now:
-                    return False
+                    return
                 drained_at[0] = now
-                got = False
                 for n, p, s, done in tx_done:
                     if done():
                         sent(n, p, s.frame(), now)
-                        got = True
-                return got
 
             async def drain_cycles(count):
                 """``count`` clocks with the frames sent in them handed to the fabric."""

@@ -40,8 +40,6 @@ writes, Python takes only the beats written at earlier edges.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections import deque
 from pathlib import Path
 
@@ -141,15 +139,9 @@ endmodule
 
 def frameport_verilog() -> Path:
     """Both modules' Verilog, in the build cache under a name that hashes its text."""
-    from .rtlsim import cache_dir
+    from .rtlsim import cached_text
 
-    text = _text()
-    path = cache_dir() / f"mrcnic_frameport-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
-    if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return path
+    return cached_text("mrcnic_frameport", _text())
 
 
 def _rows(frame: bytes) -> list[int]:

@@ -43,9 +43,7 @@ Differences from ``AxiRamOneTask``, none of which the co-simulation meets:
 
 from __future__ import annotations
 
-import hashlib
 import mmap
-import os
 from pathlib import Path
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -302,15 +300,9 @@ def _ram_text() -> str:
 def ram_verilog() -> Path:
     """The storage module's Verilog (:data:`RAM_MODULE`, parameter ``AW``), in the build
     cache under a name that hashes its text."""
-    from .rtlsim import cache_dir
+    from .rtlsim import cached_text
 
-    text = _ram_text()
-    path = cache_dir() / f"{RAM_MODULE}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
-    if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return path
+    return cached_text(RAM_MODULE, _ram_text())
 
 
 # --------------------------------------------------------------------------

@@ -159,6 +159,20 @@ def changed_since_loaded(files) -> list[Path]:
     return [Path(f) for f in files if Path(f).stat().st_mtime > started]
 
 
+def cached_text(stem: str, text: str) -> Path:
+    """Hand-written Verilog ``text`` as a file of the build cache, named ``stem`` and a hash
+    of the text (so the compiled-model key, which hashes the files, follows any edit);
+    written atomically once."""
+    import hashlib
+
+    path = cache_dir() / f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
 def cached_verilog(component, name: str, cache_key: str) -> Path:
     """The build cache's Verilog of ``component`` as module ``name`` (converted on a miss,
     once among parallel callers); ``cache_key`` names the component and its parameters.
