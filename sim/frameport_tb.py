@@ -21,17 +21,15 @@ rings so that the inject ring's backlog and both rings' wrap-around are exercise
   :class:`~mrcnic.sim.frameport_hdl.HdlFrameSink` reads (at the edges its ``done()`` is
   high) to be the Python sink's, at the same simulation time, in order, and the frames sent.
 
-Frame lengths and the inject ring (see :func:`inject_identity_bytes`): ``send_nowait``
-takes a frame of up to ``rows - 1`` rows (:data:`~mrcnic.sim.frameport_hdl.ROW_BEATS`
-beats of 8 bytes each, ``rows = 2**AW / ROW_BEATS``), but the port keeps the Python
-source's timing only while a backlogged frame reaches the ring before the port runs dry.
-Python reads ``rp`` at an edge before the edge updates it, so at the edge that drives the
-ring's last beat at most one row is still in use and a frame of ``rows - 2`` rows fits: it
-is queued at that edge and the module starts it at the next edge, as the Python source does.
-A frame of ``rows - 1`` rows fits only once the ring is empty, one edge later, which can
-cost a cycle.  The tests therefore keep inject frames to at most ``rows - 2`` rows (the
-default run at 200 bytes: half the 8-row ring of ``AW = 6``; a second run at the bound,
-384 bytes), and send one frame of ``rows - 1`` rows only into an empty ring.
+Frame lengths and the inject ring (see :func:`inject_max_bytes`): ``send_nowait``
+takes a frame of up to ``rows - 2`` rows (:data:`~mrcnic.sim.frameport_hdl.ROW_BEATS`
+beats of 8 bytes each, ``rows = 2**AW / ROW_BEATS``): the port keeps the Python source's
+timing only while a backlogged frame reaches the ring before the port runs dry.  Python
+reads ``rp`` at an edge before the edge updates it, so at the edge that drives the ring's
+last beat at most one row is still in use and a frame of ``rows - 2`` rows fits: it is
+queued at that edge and the module starts it at the next edge, as the Python source does
+(a frame of ``rows - 1`` rows would fit only one edge later).  The tests send frames of up
+to half the 8-row ring of ``AW = 6`` (200 bytes) and up to the bound (384 bytes).
 
 Scheduling: cocotb resumes the tasks an edge wakes in the order they waited; the test's
 driver awaits a ``NullTrigger`` after each rising edge so that it runs after the Python
@@ -56,7 +54,7 @@ from mrcnic.rtl.axis import AxiStreamSignature
 from .frameport_hdl import CAPTURE_MODULE, DATA_WIDTH, INJECT_MODULE, LANES, ROW_BEATS
 
 __all__ = ["FramePortPair", "INJECT_TEST_AW", "CAPTURE_TEST_AW", "INPUTS",
-           "inject_max_bytes", "inject_identity_bytes", "capture_max_bytes"]
+           "inject_max_bytes", "capture_max_bytes"]
 
 INJECT_TEST_AW = 6       #: the tests' inject ring: 64 beats, 8 rows
 CAPTURE_TEST_AW = 7      #: the tests' capture ring: 128 beats, 16 rows
@@ -66,14 +64,9 @@ INPUTS = ["hdl__tready", "py__tvalid", "py__tdata", "py__tkeep", "py__tlast",
 
 
 def inject_max_bytes(aw: int) -> int:
-    """Longest frame ``HdlFrameSource(inst, aw).send_nowait`` takes: ``rows - 2`` rows
-    (:func:`inject_identity_bytes`: it refuses what would break the timing)."""
-    return ((1 << aw) - 2 * ROW_BEATS) * LANES
-
-
-def inject_identity_bytes(aw: int) -> int:
-    """Longest frame for which the inject port keeps the Python source's timing however
-    the backlog fills: ``rows - 2`` rows (the module docstring)."""
+    """Longest frame ``HdlFrameSource(inst, aw).send_nowait`` takes: ``rows - 2`` rows, the
+    longest for which the port keeps the Python source's timing however the backlog fills
+    (the module docstring)."""
     return ((1 << aw) - 2 * ROW_BEATS) * LANES
 
 
@@ -158,7 +151,7 @@ if cocotb is not None:
         seed, count = tb_param("seed", 1), tb_param("frames", 400)
         aw = tb_param("inject_aw", INJECT_TEST_AW)
         max_len = tb_param("max_len", 200)
-        assert max_len <= inject_identity_bytes(aw), "frames beyond the cycle-identity bound"
+        assert max_len <= inject_max_bytes(aw), "frames beyond the cycle-identity bound"
         rng = random.Random(seed)
         await start(dut, INPUTS)
         logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)   # cocotbext-axi
@@ -252,7 +245,7 @@ if cocotb is not None:
         # timing is the Python source's); one byte more is refused, nothing queued
         assert not hdl.backlog and hdl.idle()
         send(rng.randbytes(inject_max_bytes(aw)))
-        assert not hdl.backlog, "a frame of rows - 1 rows did not fit the empty ring"
+        assert not hdl.backlog, "the longest frame did not fit the empty ring"
         queued, wp = hdl.queued, hdl.wp
         for bad in (bytes(inject_max_bytes(aw) + 1), b""):
             try:
@@ -284,7 +277,7 @@ if cocotb is not None:
         # drive, the close call the cycle identity depends on (refill() moves a frame of R
         # rows as soon as rows - 1 - R rows are in use)
         tight = sum(left <= ROW_BEATS for left in lefts)
-        if max_len > inject_identity_bytes(aw) - ROW_BEATS * LANES:
+        if max_len > inject_max_bytes(aw) - ROW_BEATS * LANES:
             assert tight >= 1, sorted(lefts)[:10]
         log.info("inject: %d frames (%d beats, %d cycles valid of %d), %d backlogged "
                  "(at most %d waiting), %d sent to an idle port, %d ring wraps, %d refills "

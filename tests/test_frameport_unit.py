@@ -32,9 +32,9 @@ def _run(tmp_path, testcase, **env):
 
 @pytest.mark.parametrize("seed,max_len", [(1, 200), (2, 384)])
 def test_inject_matches_python_source(tmp_path, seed, max_len):
-    from mrcnic.sim.frameport_tb import INJECT_TEST_AW, inject_identity_bytes
+    from mrcnic.sim.frameport_tb import INJECT_TEST_AW, inject_max_bytes
 
-    assert max_len <= inject_identity_bytes(INJECT_TEST_AW) == 384
+    assert max_len <= inject_max_bytes(INJECT_TEST_AW) == 384
     _run(tmp_path, "inject_matches_python_source", seed=seed, max_len=max_len, frames=400)
 
 
