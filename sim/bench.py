@@ -237,10 +237,11 @@ def bench_sim(simulators=None, *, scenario: str = "default", clock_cycles: int |
             say(f"{sim}: cold build")
             _, cold_s, _ = build_sim(srcs, toplevel="mrcnic_cosim", build_dir=d / "cold",
                                      simulator=sim, quiet=True, public_ports_only=True,
-                                     cache=False)
+                                     hier_blocks=top.hier_blocks(), cache=False)
         say(f"{sim}: cached build")
         _, cached_s, hit = build_sim(srcs, toplevel="mrcnic_cosim", build_dir=d / "cached",
-                                     simulator=sim, quiet=True, public_ports_only=True)
+                                     simulator=sim, quiet=True, public_ports_only=True,
+                                     hier_blocks=top.hier_blocks())
         rows.append(dict(
             simulator=sim, hostmem=rep["sim"].get("hostmem"),
             frameports=rep["sim"].get("frameports"),

@@ -182,6 +182,12 @@ class CosimTop(wiring.Component):
             out.append(frameport_verilog())
         return out
 
+    def hier_blocks(self) -> tuple[str, ...]:
+        """Modules Verilator builds as hierarchical blocks: the NIC, whose compiled library
+        ccache then shares between tops of any NIC count, memory size and frame-port mode
+        (:func:`~mrcnic.sim.rtlsim.build_sim`)."""
+        return (NIC_MODULE,)
+
     def elaborate(self, platform):
         from amaranth.hdl import Signal
 
@@ -594,7 +600,9 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim",
                 testcase="run_cosim_job", build_dir=build_dir / "sim", env={"job": str(job_file), "out": str(out_file)},
                 waves=waves, quiet=True, sources=top.sources(), simulator=simulator,
-                public_ports_only=True)
+                public_ports_only=True,
+                # a hierarchical block's internals are not in the waves: flat with waves
+                hier_blocks=() if waves else top.hier_blocks())
 
     t0 = time.monotonic()
     if progress:
@@ -692,7 +700,7 @@ def run_clock_only(nics: int = 2, *, ports: int = 4, paths: int = COSIM_PATHS,
                    frameports=frameports)
     run_rtl(top, toplevel="mrcnic_cosim", test_module="mrcnic.sim.cosim", testcase="clock_only",
             build_dir=build_dir / "sim", quiet=True, sources=top.sources(), simulator=simulator,
-            public_ports_only=True,
+            public_ports_only=True, hier_blocks=top.hier_blocks(),
             env={"cycles": cycles, "inputs": top.input_names(), "out": str(out)})
     rep = json.loads(out.read_text())
     rep["simulator"] = simulator

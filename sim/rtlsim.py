@@ -235,10 +235,17 @@ def _to_sim_verilog(rtlil_text: str) -> str:
 VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
 
 
-def _verilator_runner(public_ports_only: bool):
+def _verilator_runner(public_ports_only: bool, hier_blocks=()):
     """cocotb's Verilator runner with FST waves (``--trace-fst``, not VCD) and, with
     ``public_ports_only``, only the top level's ports visible to cocotb (a control file
-    instead of ``--public-flat-rw``, which keeps every internal net and slows the model)."""
+    instead of ``--public-flat-rw``, which keeps every internal net and slows the model).
+
+    ``hier_blocks``: Verilog module names verilated and compiled as hierarchical blocks
+    (Verilator ``--hierarchical``, a ``hier_block`` control file): each becomes a library
+    of its own whose C++ depends on that module alone, so ccache reuses its objects in
+    every top that instantiates the same module (the 2-, 4- and 8-NIC co-simulation tops
+    share the NIC's); the model is the same, cycle for cycle.
+    """
     from cocotb_tools.runner import Verilator
 
     class _Runner(Verilator):
@@ -252,6 +259,11 @@ def _verilator_runner(public_ports_only: bool):
                 vlt = self.build_dir / "public.vlt"
                 vlt.write_text(f'`verilator_config\npublic_flat_rw -module "{self.hdl_toplevel}" -var "*"\n')
                 cmds[0].insert(1, str(vlt))
+            if hier_blocks:
+                vlt = self.build_dir / "hier.vlt"
+                vlt.write_text("`verilator_config\n" + "".join(
+                    f'hier_block -module "{name}"\n' for name in hier_blocks))
+                cmds[0][1:1] = ["--hierarchical", str(vlt)]
             return cmds
 
     return _Runner()
@@ -279,14 +291,15 @@ def _artifact(simulator: str, toplevel: str) -> str:
 
 def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None,
               waves: bool = False, quiet: bool = False, public_ports_only: bool = False,
-              cache: bool = True):
+              hier_blocks=(), cache: bool = True):
     """Compile Verilog ``sources`` for ``simulator`` into ``build_dir``, through the cache.
 
     The compiled model (Verilator's executable, Icarus' ``sim.vvp``) is cached under
     :func:`build_key` of the simulator, its version, the flags, cocotb's version and
     the Verilog itself; parallel builds of the same model wait for the first
     (:func:`cache_lock`).  ``cache=False`` builds from scratch (no cache, no ccache): a
-    cold build, as ``mrcnic bench sim`` times it.
+    cold build, as ``mrcnic bench sim`` times it.  ``hier_blocks``: module names Verilator
+    builds as hierarchical blocks (see :func:`_verilator_runner`; Icarus ignores them).
     Returns ``(runner, seconds spent building, cache hit)``.
 
     Raises
@@ -311,8 +324,11 @@ def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None
     env = simulator_env(simulator)
     flags = list(VERILATOR_FLAGS) if simulator == "verilator" else []
     key = build_key("sim", simulator, simulator_version(simulator), cocotb.__version__, flags,
-                    toplevel, bool(waves), public_ports_only, files=[Path(s) for s in sources])
-    runner = _verilator_runner(public_ports_only) if simulator == "verilator" \
+                    toplevel, bool(waves), public_ports_only,
+                    sorted(hier_blocks) if simulator == "verilator" else [],
+                    files=[Path(s) for s in sources])
+    runner = _verilator_runner(public_ports_only, tuple(hier_blocks)) \
+        if simulator == "verilator" \
         else get_runner("icarus")
     art = _artifact(simulator, toplevel)
     cached = cache_dir() / f"{toplevel}-{simulator}-{key}.bin"
@@ -338,7 +354,8 @@ def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None
 def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict | None = None,
             testcase: str | None = None, waves: bool = False, fresh: bool = True,
             quiet: bool = False, cache_key: str | None = None, sources=(),
-            simulator: str | None = None, public_ports_only: bool = False) -> Path:
+            simulator: str | None = None, public_ports_only: bool = False,
+            hier_blocks=()) -> Path:
     """Build ``component`` and run the cocotb ``test_module`` on it.
 
     Parameters
@@ -356,6 +373,8 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
         :mod:`mrcnic.sim.simulators`).  The compiled model is cached (:func:`build_sim`).
     public_ports_only : with Verilator, only the top level's ports are visible to the test
         (faster); by default every net is, as under Icarus.
+    hier_blocks : Verilog module names (instantiated in ``sources``) that Verilator builds
+        as hierarchical blocks, shared through ccache between tops (:func:`build_sim`).
 
     Returns the results XML path.  When any cocotb test failed this raises:
     under pytest the cocotb runner itself exits (``SystemExit``) after
@@ -378,7 +397,7 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     src = write_verilog(component, toplevel, build_dir, cache_key)
     runner, _, _ = build_sim([src, *sources], toplevel=toplevel, build_dir=build_dir,
                              simulator=simulator, waves=waves, quiet=quiet,
-                             public_ports_only=public_ports_only)
+                             public_ports_only=public_ports_only, hier_blocks=hier_blocks)
     extra_env = {f"MRCNIC_{k.upper()}": json.dumps(v) for k, v in (env or {}).items()}
     extra_env["MRCNIC_SIMULATOR"] = json.dumps(simulator)
     extra_env["PYTHONPATH"] = os.pathsep.join(
