@@ -24,10 +24,12 @@ The simulator's time is the only clock; the fabric is a discrete-event model
 that is never ahead of it.  A frame leaving a NIC is handed to
 ``fabric.send(host, plane, frame, now)`` in the time step its last beat is taken
 (the NIC's MAC is store-and-forward: the frame starts on the wire when it is
-complete).  After every rising edge the main loop runs the fabric up to the
-current time (``fabric.advance(now)``, only when ``fabric.next_event_ns()`` is due)
-and queues every delivered frame into the destination NIC's ``AxiStreamSource``
-of that plane, which feeds it in at one beat per clock from the next edge on.
+complete).  At the rising edges it wakes at, the main loop runs the fabric up to
+the current time (``fabric.advance(now)``) and queues every delivered frame into the
+destination NIC's plane port, which feeds it in at one beat per clock from the next
+edge on.  It wakes at the first edge a frame can reach a host
+(``fabric.next_delivery_bound_ns()``: the fabric's hops in between need no edge of
+their own, as no frame a NIC sends later can overtake them).
 So the fabric lags the RTL by less than one clock (8 ns), frames are never
 reordered by the coupling, and time-outs in the RTL see the fabric's delays.
 
@@ -744,21 +746,23 @@ def _classify(f: bytes):
 
 
 def _timer_or_rise_class():
-    """:class:`_TimerOrRise`, made on first use (it subclasses a cocotb internal)."""
+    """:class:`_EdgeAfterTimerOrRise`, made on first use (it subclasses a cocotb internal)."""
     from cocotb import simulator
     from cocotb._gpi_triggers import GPITrigger
     from cocotb.utils import get_sim_steps
 
-    class _TimerOrRise(GPITrigger):
-        """One trigger that fires after ``ns`` nanoseconds or at a rising edge of ``signal``,
-        whichever is first: what ``First(Timer(ns), RisingEdge(signal))`` does, without the
-        task ``First`` starts per trigger at every await (two GPI callbacks; the one that
-        fires first removes the other)."""
+    class _EdgeAfterTimerOrRise(GPITrigger):
+        """One trigger that fires at the first rising edge of ``clk`` after ``ns`` nanoseconds
+        or after a rising edge of ``signal``, whichever is first: what
+        ``await First(Timer(ns), RisingEdge(signal)); await RisingEdge(clk)`` does, without
+        the task ``First`` starts per trigger and without waking the waiting task twice
+        (three GPI callbacks: the one of timer and rise that fires first removes the other
+        and registers the edge's)."""
 
-        def __init__(self, ns: float, signal):
+        def __init__(self, ns: float, signal, clk):
             super().__init__()
             self._steps = get_sim_steps(ns, "ns", round_mode="round") or 1
-            self._signal = signal._handle
+            self._signal, self._clk = signal._handle, clk._handle
             self._other = None
 
         def _prime(self):
@@ -767,13 +771,15 @@ def _timer_or_rise_class():
                 self._signal, self._fire, simulator.RISING, 1)
 
         def _fire(self, which):
-            # the callback that fired is gone; remove the other one
-            if which == 0:
-                self._cbhdl, other = None, self._other
-            else:
-                self._other, other = None, self._cbhdl
-            self._cbhdl = self._other = None
+            # the callback that fired is gone; remove the other one, wait for the edge
+            other = self._other if which == 0 else self._cbhdl
+            self._other = None
             other.deregister()
+            self._cbhdl = simulator.register_value_change_callback(
+                self._clk, self._edge, simulator.RISING, 2)
+
+        def _edge(self, _which):
+            self._cbhdl = None
             self._react()
 
         def _unprime(self):
@@ -782,7 +788,7 @@ def _timer_or_rise_class():
                     h.deregister()
             self._cbhdl = self._other = None
 
-    return _TimerOrRise
+    return _EdgeAfterTimerOrRise
 
 
 class _EdgeWaker:
@@ -797,7 +803,8 @@ class _EdgeWaker:
     One watcher task per watched signal sets ``sent_event`` when the signal rises, so the
     sleep waits on two triggers (``First`` makes a task per trigger, at every sleep).  With
     ``sent_event`` None (nothing else sends: the HDL frame ports), ``watched`` is one
-    signal and the sleep is one trigger on it and the time (:func:`_timer_or_rise_class`).
+    signal and the sleep to the edge is one trigger on it, the time and the clock
+    (:func:`_timer_or_rise_class`).
     """
 
     def __init__(self, clk, watched, sent_event, every_cycle: bool = False):
@@ -805,7 +812,7 @@ class _EdgeWaker:
 
         self.watched, self.sent_event = watched, sent_event
         self.high = [bit_reader(s) for s in watched]
-        self.edge = RisingEdge(clk)
+        self.clk, self.edge = clk, RisingEdge(clk)
         self.every_cycle = every_cycle
         self.target = None          # the next edge due (ns), or None: the next edge
         self.timer_or_rise = None
@@ -843,7 +850,8 @@ class _EdgeWaker:
             gap = target - get_sim_time(unit="ns")
             if gap > CLK_NS:
                 if self.timer_or_rise is not None:
-                    await self.timer_or_rise(gap - CLK_NS / 2, self.watched[0])
+                    await self.timer_or_rise(gap - CLK_NS / 2, self.watched[0], self.clk)
+                    return get_sim_time(unit="ns")
                 else:
                     self.sent_event.clear()
                     await First(Timer(gap - CLK_NS / 2, unit="ns"), self.sent_event.wait())
@@ -1294,6 +1302,12 @@ if cocotb is not None:
         placed_bytes = [reader(nics[k].sig("placed_bytes")) for k in receivers]
         any_event = bit_reader(dut.wake_any)
         loop_py_s, perf = 0.0, time.perf_counter     # wall seconds in the loop's own Python
+        # the fabric's events between NIC arrivals (hops, queues) need no edge of their own:
+        # the loop sleeps to the first time a frame can reach a host (a look-ahead of at
+        # least one link's propagation delay); MRCNIC_COSIM_LOOKAHEAD=0 wakes at every
+        # fabric event instead (the same run, to check that both agree)
+        next_fabric_due = fabric.next_delivery_bound_ns \
+            if os.environ.get("MRCNIC_COSIM_LOOKAHEAD", "1") != "0" else fabric.next_event_ns
         while True:
             now = await waker.next_edge()
             t_wake = perf()
@@ -1302,7 +1316,7 @@ if cocotb is not None:
                 first_edge = now
             cycles = int(round((now - first_edge) / CLK_NS)) + 1
             nxt = fabric.next_event_ns()
-            if nxt is not None and nxt <= now:
+            if (nxt is not None and nxt <= now) or fabric.has_pending_deliveries():
                 for d in fabric.advance(now):
                     k = nic_of_host.get(d.host)
                     if k is None:
@@ -1383,7 +1397,7 @@ if cocotb is not None:
                     drain_tx(now)
                 if backlog:
                     due.append(now)             # the next edge: the backlog refilled
-            nxt = fabric.next_event_ns()
+            nxt = next_fabric_due()
             if nxt is not None:
                 due.append(nxt)
             due += [flow[0] for flow in bg if flow[0] < flow[2]]

@@ -557,6 +557,10 @@ class Fabric:
             self.switches[name] = UsidSwitch(name, topo.nodes[name]["usid"], topo.block, table)
         self._heap: list = []
         self._seq = 0
+        self._last = (-math.inf, 0)     # (time, seq) of the last event run
+        # (earliest host arrival the event can lead to, time, seq) per pending event
+        self._due_heap: list = []
+        self._to_host_ns = self._distances_to_hosts()
         self._pending: list[Delivery] = []
         self.delivered: list[tuple[float, int, int, int]] = []
         self.events_log: list[dict] = []
@@ -580,19 +584,66 @@ class Fabric:
                 sw.fib = self._fib_lookup
 
     # ---- event machinery ---------------------------------------------------
+    def _distances_to_hosts(self) -> dict:
+        """Per node, the least propagation delay (ns) from it to any host: the sum of the
+        ``latency_ns`` of the links on the way (Dijkstra from the hosts, links up or not)."""
+        dist = {node: 0.0 for node in self._host_of_node}
+        todo = [(0.0, node) for node in dist]
+        into: dict = {}
+        for port in self.ports.values():
+            into.setdefault(port.dst, []).append(port)
+        while todo:
+            d, node = heapq.heappop(todo)
+            if d > dist.get(node, math.inf):
+                continue
+            for port in into.get(node, ()):
+                nd = d + port.latency_ns
+                if nd < dist.get(port.src, math.inf):
+                    dist[port.src] = nd
+                    heapq.heappush(todo, (nd, port.src))
+        return dist
+
     def _schedule(self, time, kind, a=None, b=None, c=None):
         self._seq += 1
         heapq.heappush(self._heap, (time, self._seq, kind, a, b, c))
+        # the earliest a frame can reach a host because of this event: an arrival at a host
+        # port and a control event (a fault hook's held frame, a failure) at their time; a
+        # port's next frame (TX_DONE, ENQUEUE) and a frame at a switch one link or more later
+        if kind == _ARRIVE:
+            due = time + self._to_host_ns.get(a.dst, math.inf)
+        elif kind == _CONTROL:
+            due = time
+        else:
+            due = time + a.latency_ns + self._to_host_ns.get(a.dst, math.inf)
+        heapq.heappush(self._due_heap, (due, time, self._seq))
 
     def next_event_ns(self) -> float | None:
         """Time of the earliest pending event (ns), or ``None`` when the fabric is idle."""
         return self._heap[0][0] if self._heap else None
 
+    def next_delivery_bound_ns(self) -> float | None:
+        """A time (ns) before which no frame reaches a host and no control event (failure,
+        fault hook) runs, whatever the pending events do and whatever hosts send from now
+        on (a sent frame crosses at least one link): the co-simulation may leave the
+        fabric alone until then and still hand every frame to its NIC at the edge it
+        arrives.  ``None`` when the fabric is idle.  Conservative: every hop's propagation
+        delay counts, queueing and serialisation do not."""
+        due = self._due_heap
+        while due and (due[0][1], due[0][2]) <= self._last:     # already run
+            heapq.heappop(due)
+        return due[0][0] if due else None
+
+    def has_pending_deliveries(self) -> bool:
+        """Frames reached hosts in events already run (in :meth:`send`) that
+        :meth:`advance` has not returned yet."""
+        return bool(self._pending)
+
     def _run(self, until: float):
         heap = self._heap
         while heap and heap[0][0] <= until:
-            time, _, kind, a, b, c = heapq.heappop(heap)
+            time, seq, kind, a, b, c = heapq.heappop(heap)
             self.now = time
+            self._last = (time, seq)
             if kind == _TX_DONE:
                 a.busy = False
                 self._start(a)

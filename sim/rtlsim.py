@@ -400,6 +400,11 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
                              public_ports_only=public_ports_only, hier_blocks=hier_blocks)
     extra_env = {f"MRCNIC_{k.upper()}": json.dumps(v) for k, v in (env or {}).items()}
     extra_env["MRCNIC_SIMULATOR"] = json.dumps(simulator)
+    # cocotb rewrites the asserts of every module the simulation imports (its default
+    # "*.py": Scapy, the wire format, ...) at every start, about 1.5 s a run; only the
+    # test benches' own files need the better failure messages
+    extra_env.setdefault("COCOTB_REWRITE_ASSERTION_FILES",
+                         os.environ.get("COCOTB_REWRITE_ASSERTION_FILES", "test_*.py *_tb.py"))
     extra_env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
     with _environ(simulator_env(simulator)):
