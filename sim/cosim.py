@@ -63,6 +63,8 @@ __all__ = ["CosimTop", "run_cosim", "run_clock_only", "nic_verilog", "NIC_MODULE
            "ideal_times", "COSIM_QPS", "COSIM_PATHS"]
 
 NIC_MODULE = "mrcnic_nic"   #: Verilog module name of the cached CsrNic
+#: a served run's CSR bridge starts the next queued access within this many clocks
+SERVE_POLL_CYCLES = 16
 CLK_NS = 8                  #: clock period, ns (125 MHz)
 NIC_GBPS = 64 / CLK_NS      #: one 64-bit beat per clock: 8 Gb/s over all planes of a NIC
 COSIM_QPS = 4               #: QP contexts of the co-simulated NICs (MAX_QPS when one needs more)
@@ -1288,12 +1290,13 @@ if cocotb is not None:
         # Python wakes only at the clock edges where something happens (see _EdgeWaker):
         # a fabric event or background frame due, a frame sent by a NIC, a completion or EV
         # event on a NIC's ports, every 256th cycle (cwnd samples, progress, stall check),
-        # the end of the run.  A served run is polled every clock (its CSR bridge), and so
-        # is every run with MRCNIC_COSIM_POLL=1 (to check that both give the same result).
+        # the end of the run, and in a served run every SERVE_POLL_CYCLES-th cycle (its CSR
+        # bridge starts the next queued access).  MRCNIC_COSIM_POLL=1 wakes at every clock
+        # (to check that both give the same result).
         # every port event the loop must see at its edge, ORed in the top (CosimTop.wake_any)
         watched = [dut.wake_any]
         waker = _EdgeWaker(dut.clk, watched, None if hdl_ports else sent_event,
-                           every_cycle=bool(serve) or os.environ.get("MRCNIC_COSIM_POLL") == "1")
+                           every_cycle=os.environ.get("MRCNIC_COSIM_POLL") == "1")
         # the ports read at every wake-up, read through mrcnic.sim.fastsig
         from .fastsig import bit_reader, reader
         cpl_high = [(k, bit_reader(nics[k].cpl_valid)) for k in receivers]
@@ -1386,6 +1389,8 @@ if cocotb is not None:
                 break
             # the next edge Python must see (the waker also wakes on frames and port events)
             due = [limit, first_edge + (((cycles >> 8) + 1) << 8) * CLK_NS - CLK_NS]
+            if bridge is not None:
+                due.append(now + SERVE_POLL_CYCLES * CLK_NS)
             if hdl_ports:
                 backlog = False
                 for n in nics:

@@ -249,7 +249,8 @@ class SimBoard:
 
     # ---- clock-loop side ----------------------------------------------------------------
     def sample(self):
-        """Once per clock: queue the completions the NIC raises."""
+        """At every edge the NIC offers a completion (the co-simulation wakes at each: its
+        ``valid`` is in ``CosimTop.wake_any``): queue it."""
         for fifo, pre in ((self.cpl, "recv_cpl"), (self.scpl, "send_cpl")):
             if int(self._sig[pre + "__valid"].value):
                 if len(fifo) < self.CPL_DEPTH:
