@@ -70,6 +70,13 @@ class Field:
     masked: bool = False
     order: str = "big"
 
+    def __post_init__(self):
+        # what read() needs, computed once (a field is read for every frame of a run)
+        nbytes = (self.bit + self.width - 1) // 8 - self.bit // 8 + 1
+        object.__setattr__(self, "_nbytes", nbytes)
+        object.__setattr__(self, "_tail", 8 * nbytes - (self.bit % 8) - self.width)
+        object.__setattr__(self, "_mask", (1 << self.width) - 1)
+
     @property
     def byte(self) -> int:
         """Offset in bytes, within the header, of the byte holding the field's first bit."""
@@ -78,7 +85,7 @@ class Field:
     @property
     def nbytes(self) -> int:
         """Bytes the field touches (a 2-bit field inside one byte: 1)."""
-        return (self.bit + self.width - 1) // 8 - self.byte + 1
+        return self._nbytes
 
     @property
     def aligned(self) -> bool:
@@ -90,14 +97,14 @@ class Field:
 
         ``None`` when ``buf`` ends before the field does.
         """
-        start = base + self.byte
-        if start < 0 or len(buf) < start + self.nbytes:
+        start = base + self.bit // 8
+        end = start + self._nbytes
+        if start < 0 or len(buf) < end:
             return None
-        raw = int.from_bytes(buf[start:start + self.nbytes], self.order)
         if self.order == "little":
-            return raw
-        tail = 8 * self.nbytes - (self.bit % 8) - self.width   # bits after the field
-        return (raw >> tail) & ((1 << self.width) - 1)
+            return int.from_bytes(buf[start:end], "little")
+        # the bits after the field (_tail) shifted out, the field's width kept
+        return (int.from_bytes(buf[start:end], "big") >> self._tail) & self._mask
 
     def write(self, buf: bytearray, value: int, base: int = 0) -> None:
         """Store ``value`` into the field of the header starting at byte ``base`` of ``buf``."""
@@ -132,13 +139,14 @@ class Header:
             pos += f.width
         if pos != 8 * self.length:
             raise ValueError(f"{self.name}: fields cover {pos} bits, not {8 * self.length}")
+        object.__setattr__(self, "_by_name", {f.name: f for f in self.fields})
 
     def field(self, name: str) -> Field:
         """The field called ``name`` (``KeyError`` when there is none)."""
-        for f in self.fields:
-            if f.name == name:
-                return f
-        raise KeyError(f"{self.name} has no field {name!r}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no field {name!r}") from None
 
     def __getitem__(self, name: str) -> Field:
         return self.field(name)

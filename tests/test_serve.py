@@ -156,12 +156,14 @@ def test_serve_ev_list_deny_probe_allow(tmp_path):
 def test_agent_link_loss_and_recovery(tmp_path):
     # nic1 (host 2) hangs off leaf 1: its plane-0 uplink to spine 0 fails, then recovers
     link = ["p0.leaf1", "p0.spine0"]
-    # the link stays down for 24 ideal transfer times (~0.5 ms simulated, tens of wall
-    # seconds): the agent must see the ASSUMED_BAD event, quarantine and probe in vain
-    # before it comes back, however fast the simulator runs (at 5 ideal times a Verilator
-    # run could recover the link before the agent's first probe)
+    # the link stays down for 100 ideal transfer times (~2 ms simulated, about a minute of
+    # wall time with the agent's CSR traffic): the agent (wall-clock periods, a 3 s probe
+    # timeout) must see the
+    # ASSUMED_BAD event, quarantine and probe in vain before it comes back (at 24 ideal
+    # times a served Verilator run, which sleeps between events, recovered the link before
+    # the agent's probe had timed out)
     sc = _scenario(failures=[{"action": "fail_link", "target": link, "at": 1.0},
-                             {"action": "recover_link", "target": link, "at": 25.0}])
+                             {"action": "recover_link", "target": link, "at": 100.0}])
     with served(sc, tmp_path) as (target, client, _):
         # the NIC's own reaction first, seen through the CSR bank: an entry goes ASSUMED_BAD
         # (ACK timeout; the path table read back follows the NIC's state changes)
