@@ -30,8 +30,9 @@ destination NIC's plane port, which feeds it in at one beat per clock from the n
 edge on.  It wakes at the first edge a frame can reach a host
 (``fabric.next_delivery_bound_ns()``: the fabric's hops in between need no edge of
 their own, as no frame a NIC sends later can overtake them).
-So the fabric lags the RTL by less than one clock (8 ns), frames are never
-reordered by the coupling, and time-outs in the RTL see the fabric's delays.
+So a frame reaches its NIC at the first edge at or after its arrival (less than one
+clock, 8 ns, late), frames are never reordered by the coupling, and time-outs in the
+RTL see the fabric's delays.
 
 The NIC Verilog is generated once per parameter set and source version and
 cached (``$MRCNIC_CACHE`` or ``~/.cache/mrcnic``): converting one NIC takes
