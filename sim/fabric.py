@@ -623,15 +623,22 @@ class Fabric:
 
     def next_delivery_bound_ns(self) -> float | None:
         """A time (ns) before which no frame reaches a host and no control event (failure,
-        fault hook) runs, whatever the pending events do and whatever hosts send from now
-        on (a sent frame crosses at least one link): the co-simulation may leave the
-        fabric alone until then and still hand every frame to its NIC at the edge it
-        arrives.  ``None`` when the fabric is idle.  Conservative: every hop's propagation
-        delay counts, queueing and serialisation do not."""
+        fault hook) runs, whatever the events pending now do, until the next :meth:`send`
+        (a frame sent can arrive sooner: ask again after sending).  The co-simulation,
+        which asks after every edge it sends at, may leave the fabric alone until then and
+        still hand every frame to its NIC at the edge it arrives.  ``None`` when the
+        fabric is idle.  Conservative: every hop's propagation delay counts, queueing and
+        serialisation do not."""
+        self._prune_due()
+        return self._due_heap[0][0] if self._due_heap else None
+
+    def _prune_due(self):
+        """Drop the bounds of events already run from the top of :attr:`_due_heap` (an
+        event's bound is at most its time plus the longest distance to a host, so the
+        heap holds at most the events of that last stretch of time and those pending)."""
         due = self._due_heap
-        while due and (due[0][1], due[0][2]) <= self._last:     # already run
+        while due and (due[0][1], due[0][2]) <= self._last:
             heapq.heappop(due)
-        return due[0][0] if due else None
 
     def has_pending_deliveries(self) -> bool:
         """Frames reached hosts in events already run (in :meth:`send`) that
@@ -656,6 +663,7 @@ class Fabric:
                 a()
         if until != math.inf and until > self.now:
             self.now = float(until)
+        self._prune_due()
 
     def _start(self, port: Port):
         if port.busy:
