@@ -327,9 +327,10 @@ def build_sim(sources, *, toplevel: str, build_dir, simulator: str | None = None
                     toplevel, bool(waves), public_ports_only,
                     sorted(hier_blocks) if simulator == "verilator" else [],
                     files=[Path(s) for s in sources])
-    runner = _verilator_runner(public_ports_only, tuple(hier_blocks)) \
-        if simulator == "verilator" \
-        else get_runner("icarus")
+    if simulator == "verilator":
+        runner = _verilator_runner(public_ports_only, tuple(hier_blocks))
+    else:
+        runner = get_runner("icarus")
     art = _artifact(simulator, toplevel)
     cached = cache_dir() / f"{toplevel}-{simulator}-{key}.bin"
     if simulator == "icarus" and waves:
@@ -403,8 +404,8 @@ def run_rtl(component, *, toplevel: str, test_module: str, build_dir, env: dict 
     # cocotb rewrites the asserts of every module the simulation imports (its default
     # "*.py": Scapy, the wire format, ...) at every start, about 1.5 s a run; only the
     # test benches' own files need the better failure messages
-    extra_env.setdefault("COCOTB_REWRITE_ASSERTION_FILES",
-                         os.environ.get("COCOTB_REWRITE_ASSERTION_FILES", "test_*.py *_tb.py"))
+    extra_env["COCOTB_REWRITE_ASSERTION_FILES"] = os.environ.get(
+        "COCOTB_REWRITE_ASSERTION_FILES", "test_*.py *_tb.py")
     extra_env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
     with _environ(simulator_env(simulator)):
