@@ -1289,7 +1289,7 @@ if cocotb is not None:
             profile.enable()
         cycles = 0
         # Python wakes only at the clock edges where something happens (see _EdgeWaker):
-        # a fabric event or background frame due, a frame sent by a NIC, a completion or EV
+        # a frame due at a NIC or a background frame due, a frame sent by a NIC, a completion or EV
         # event on a NIC's ports, every 256th cycle (cwnd samples, progress, stall check),
         # the end of the run, and in a served run every SERVE_POLL_CYCLES-th cycle (its CSR
         # bridge starts the next queued access).  MRCNIC_COSIM_POLL=1 wakes at every clock
