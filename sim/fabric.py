@@ -628,8 +628,7 @@ class Fabric:
         which asks after every edge it sends at, may leave the fabric alone until then and
         still hand every frame to its NIC at the edge it arrives.  ``None`` when the
         fabric is idle.  Conservative: every hop's propagation delay counts, queueing and
-        serialisation do not."""
-        self._prune_due()
+        serialisation do not.  (Bounds of events already run are pruned by :meth:`_run`.)"""
         return self._due_heap[0][0] if self._due_heap else None
 
     def _prune_due(self):
