@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import ipaddress
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -120,14 +119,16 @@ def wire_bytes(frame_len: int) -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _shift_carrier(da: int) -> tuple[bytes, int]:
-    """(shifted DA as 16 bytes, its active uSID or 0) by :func:`mrcnic.wire.usid_shift`.
+    """(shifted DA as 16 bytes, its active uSID or 0) of a 128-bit carrier ``da``: the
+    shift-and-forward of :func:`mrcnic.wire.usid_shift` (the 32-bit block kept, the uSIDs
+    after it moved up 16 bits, 0x0000 shifted in) and the first uSID after the block, as
+    :func:`mrcnic.wire.usid_decode` gives it (RFC 9800 NEXT-CSID), on the integer.
 
-    Cached: a fabric has few distinct carriers, and the address-string round
-    trip of the reference functions would dominate the run time otherwise.
+    Cached: a fabric has few distinct carriers.  ``tests/test_fabric.py`` checks it against
+    the reference functions.
     """
-    new_da = wire.usid_shift(da)
-    _, usids = wire.usid_decode(new_da)
-    return ipaddress.IPv6Address(new_da).packed, (usids[0] if usids else 0)
+    new_da = (da >> 96 << 96) | ((da << 16) & ((1 << 96) - 1))
+    return new_da.to_bytes(16, "big"), (new_da >> 80) & 0xFFFF
 
 
 @functools.lru_cache(maxsize=1 << 16)

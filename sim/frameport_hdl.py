@@ -182,8 +182,9 @@ class HdlFrameSource:
         from .fastsig import reader, writer
 
         self.size = 1 << aw                    # beats
-        self._ring = inst.ring._handle
-        self._handles = {}
+        ring = inst.ring._handle
+        # every row's GPI handle made now, before the run (one call each)
+        self._rows = [ring.get_handle_by_index(i) for i in range(self.size // ROW_BEATS)]
         self._rp = reader(inst.rp)
         self._taken = reader(inst.taken)
         self._active = reader(inst.active)
@@ -192,12 +193,6 @@ class HdlFrameSource:
         self.wp = 0               # the next free slot (beats, a row's first)
         self.backlog = deque()
         self._fmt = f"0{ROW_BEATS * (DATA_WIDTH + LANES + 1)}b"
-
-    def _row(self, i: int):
-        h = self._handles.get(i)
-        if h is None:
-            h = self._handles[i] = self._ring.get_handle_by_index(i)
-        return h
 
     def _room(self) -> int:
         """Rows free: the ring less the rows holding beats not yet driven, less one (so
@@ -209,7 +204,7 @@ class HdlFrameSource:
         fmt = self._fmt
         for v in rows:
             # an immediate deposit: a row the HDL reads only once queued counts its frame
-            self._row(self.wp >> _RB).set_signal_val_binstr(0, format(v, fmt))
+            self._rows[self.wp >> _RB].set_signal_val_binstr(0, format(v, fmt))
             self.wp = (self.wp + ROW_BEATS) % self.size
         self.queued = (self.queued + 1) & 0xFFFFFFFF
         self._queued_w(self.queued)
@@ -257,20 +252,14 @@ class HdlFrameSink:
         from .fastsig import bit_reader, reader
 
         self.size = 1 << aw                    # beats
-        self._ring = inst.ring._handle
-        self._handles = {}
+        ring = inst.ring._handle
+        self._rows = [ring.get_handle_by_index(i) for i in range(self.size // ROW_BEATS)]
         self._wp = reader(inst.wp)
         self._frames = reader(inst.frames)
         self._tdata, self._tkeep = reader(tdata), reader(tkeep)
         self.done = bit_reader(done)
         self.count = 0            # frames read
         self.rp = 0               # the frame in progress's first slot (a row's first)
-
-    def _row(self, i: int):
-        h = self._handles.get(i)
-        if h is None:
-            h = self._handles[i] = self._ring.get_handle_by_index(i)
-        return h
 
     @staticmethod
     def _bytes(data: int, keep: int, beats: int) -> bytes:
@@ -297,7 +286,7 @@ class HdlFrameSink:
         span = ROW_BEATS * DATA_WIDTH
         rows = self.size // ROW_BEATS
         for r in range(-(-n // ROW_BEATS)):
-            v = int(self._row(((self.rp >> _RB) + r) % rows).get_signal_val_binstr(), 2)
+            v = int(self._rows[((self.rp >> _RB) + r) % rows].get_signal_val_binstr(), 2)
             out += self._bytes(v, v >> span, min(ROW_BEATS, n - r * ROW_BEATS))
         out += self._bytes(self._tdata(), self._tkeep(), 1)
         self.rp = ((wp >> _RB) + 1) << _RB & 0xFFFFFFFF

@@ -19,8 +19,9 @@ caps the co-simulation's speed; this one is simulated by the simulator itself:
   write past the end of the memory, which its address wrap never makes).
 * the storage, :func:`ram_verilog` (module :data:`RAM_MODULE`, hand-written Verilog: an
   Amaranth ``Memory`` of millions of words would carry its zero initial contents word by
-  word through RTLIL and Verilog): ``mem``, ``2**AW`` 64-bit words, addresses wrapping
-  modulo its size as the Python model's do; two byte-enabled write ports and one read
+  word through RTLIL and Verilog): ``mem``, ``2**AW`` 64-bit words in rows of
+  :data:`ROW_WORDS` (Python moves a row per simulator call), addresses wrapping modulo its
+  size as the Python model's do; two byte-enabled write ports and one read
   port; and ``dirty``, one bit per 4 KiB page, set by every write of the NIC.
 * :class:`HdlHostMem` (Python, inside the cocotb test): the memory as a
   :class:`cocotbext.axi.memory.Memory` (``size``/``read``/``write``) through the
@@ -62,6 +63,9 @@ LANES = DATA_WIDTH // 8
 WORD_BITS = ADDR_WIDTH - 3             #: word address width of the ports to the storage
 PAGE_BYTES = 4096                      #: the granule of the ``dirty`` map
 _PW = 9                                #: log2(words per page)
+ROW_WORDS = 8                          #: 64-bit words per storage row (one GPI access)
+_RW_BITS = 3                           #: log2(ROW_WORDS)
+ROW_BYTES = ROW_WORDS * LANES          #: bytes per storage row (a page holds 64)
 _INCR = 0b01
 
 
@@ -265,8 +269,11 @@ def hostmem_verilog() -> Path:
 # HDL: the storage
 # --------------------------------------------------------------------------
 def _ram_text() -> str:
+    rb = _RW_BITS
     lines = [
         f"// {RAM_MODULE}: the co-simulation's host memory (mrcnic.sim.hostmem_hdl)",
+        f"// mem: rows of {ROW_WORDS} 64-bit words (word i of a row in bits 64*i+63:64*i), so that",
+        "// Python reads a row with one simulator call",
         f"module {RAM_MODULE} #(parameter AW = 22) (",
         "  input clk,",
         f"  input [{LANES - 1}:0] we0, input [{WORD_BITS - 1}:0] wa0, "
@@ -275,22 +282,23 @@ def _ram_text() -> str:
         f"input [{DATA_WIDTH - 1}:0] wd1,",
         f"  input re, input [{WORD_BITS - 1}:0] ra, output reg [{DATA_WIDTH - 1}:0] rd);",
         # the metacomments make both arrays visible to cocotb under Verilator
-        f"  reg [{DATA_WIDTH - 1}:0] mem [0:(1 << AW) - 1] /*verilator public_flat_rw*/;",
+        f"  reg [{ROW_WORDS * DATA_WIDTH - 1}:0] mem [0:(1 << (AW - {rb})) - 1]"
+        " /*verilator public_flat_rw*/;",
         f"  reg [63:0] dirty [0:(1 << (AW - {_PW + 6})) - 1] /*verilator public_flat_rw*/;"
         "  // one bit per 4 KiB page the NIC wrote",
         "  integer i;",
         "  initial begin",
         "    rd = 0;",
-        "    for (i = 0; i < (1 << AW); i = i + 1) mem[i] = 0;",
+        f"    for (i = 0; i < (1 << (AW - {rb})); i = i + 1) mem[i] = 0;",
         f"    for (i = 0; i < (1 << (AW - {_PW + 6})); i = i + 1) dirty[i] = 0;",
         "  end",
         "  always @(posedge clk) begin",
-        "    if (re) rd <= mem[ra[AW - 1:0]];",
+        f"    if (re) rd <= mem[ra[AW - 1:{rb}]][ra[{rb - 1}:0] * {DATA_WIDTH} +: {DATA_WIDTH}];",
     ]
     for p in (0, 1):
         for b in range(LANES):
-            lines.append(f"    if (we{p}[{b}]) mem[wa{p}[AW - 1:0]][{8 * b + 7}:{8 * b}] "
-                         f"<= wd{p}[{8 * b + 7}:{8 * b}];")
+            lines.append(f"    if (we{p}[{b}]) mem[wa{p}[AW - 1:{rb}]][wa{p}[{rb - 1}:0] * "
+                         f"{DATA_WIDTH} + {8 * b} +: 8] <= wd{p}[{8 * b + 7}:{8 * b}];")
         lines.append(f"    if (|we{p}) dirty[wa{p}[AW - 1:{_PW + 6}]][wa{p}[{_PW + 5}:{_PW}]] "
                      "<= 1'b1;")
     lines += ["  end", "endmodule", ""]
@@ -324,15 +332,16 @@ class HdlHostMem:
         self.size = size
         self.aw = ram_address_bits(size)
         self.mem = mmap.mmap(-1, size)
-        self._words = ram.mem._handle
+        self._rows = ram.mem._handle
         self._dirty = ram.dirty._handle
-        self._wh, self._dh = {}, {}
-        self._fmt = f"0{DATA_WIDTH}b"
+        self._rh, self._dh = {}, {}
+        self._fmt = f"0{ROW_WORDS * DATA_WIDTH}b"
 
-    def _word(self, i: int):
-        h = self._wh.get(i)
+    def _row(self, i: int):
+        """The GPI handle of storage row ``i`` (:data:`ROW_BYTES` bytes)."""
+        h = self._rh.get(i)
         if h is None:
-            h = self._wh[i] = self._words.get_handle_by_index(i)
+            h = self._rh[i] = self._rows.get_handle_by_index(i)
         return h
 
     def _dirty_word(self, i: int) -> int:
@@ -356,14 +365,15 @@ class HdlHostMem:
         return out
 
     def _refresh(self, lo: int, hi: int):
-        """Copy the words of ``lo .. hi - 1`` in pages the NIC wrote from the HDL."""
-        mem = self.mem
+        """Copy the rows holding ``lo .. hi - 1`` in pages the NIC wrote from the HDL (rows
+        never cross a page; the HDL holds every byte Python wrote too)."""
+        mem, rb = self.mem, ROW_BYTES
         for p in self._dirty_pages(lo, hi):
-            a = max(lo, p * PAGE_BYTES) // LANES
-            b = -(-min(hi, (p + 1) * PAGE_BYTES) // LANES)
-            for w in range(a, b):
-                v = int(self._word(w).get_signal_val_binstr(), 2)
-                mem[w * LANES:(w + 1) * LANES] = v.to_bytes(LANES, "little")
+            a = max(lo, p * PAGE_BYTES) // rb
+            b = -(-min(hi, (p + 1) * PAGE_BYTES) // rb)
+            for r in range(a, b):
+                v = int(self._row(r).get_signal_val_binstr(), 2)
+                mem[r * rb:(r + 1) * rb] = v.to_bytes(rb, "little")
 
     def _check(self, address: int, length: int):
         if address < 0 or length < 0 or address + length > self.size:
@@ -382,11 +392,12 @@ class HdlHostMem:
         if not data:
             return
         lo, hi = address, address + len(data)
-        # the partial words at either end keep the HDL's other bytes
-        self._refresh(lo // LANES * LANES, -(-hi // LANES) * LANES)
+        rb = ROW_BYTES
+        # the partial rows at either end keep the HDL's other bytes
+        self._refresh(lo // rb * rb, -(-hi // rb) * rb)
         self.mem[lo:hi] = data
         put = 0            # GPI deposit, at once (cocotb's _GPISetAction.DEPOSIT)
         fmt, mem = self._fmt, self.mem
-        for w in range(lo // LANES, -(-hi // LANES)):
-            v = int.from_bytes(mem[w * LANES:(w + 1) * LANES], "little")
-            self._word(w).set_signal_val_binstr(put, format(v, fmt))
+        for r in range(lo // rb, -(-hi // rb)):
+            v = int.from_bytes(mem[r * rb:(r + 1) * rb], "little")
+            self._row(r).set_signal_val_binstr(put, format(v, fmt))

@@ -205,10 +205,13 @@ def test_ctrl_c_on_serve_is_a_clean_stop(tmp_path):
     import json
 
     build, out = tmp_path / "b", tmp_path / "r.json"
+    # on Verilator (the co-simulation tests' model, built once): Icarus takes ~40 s to serve
+    # a round
+    env = dict(os.environ, MRCNIC_SIM="verilator")
     proc = subprocess.Popen([sys.executable, "-m", "mrcnic.cli", "sim", "--scenario", "clean",
                              "--size", "16k", "--serve", "0", "--build-dir", str(build),
                              "--json", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + 900
         while not (build / "serve.json").exists():

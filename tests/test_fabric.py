@@ -577,3 +577,24 @@ def test_pcapng_one_interface_per_tap_with_comments(tmp_path):
     lost = [p for p in rdpcap(str(tmp_path / "fail.pcapng")) if p.comments]
     assert lost and b"lost in flight" in lost[0].comments[0]
     assert lost[0].sniffed_on == uplink.name
+
+
+def test_shift_carrier_matches_the_reference_functions():
+    """The fabric's integer uSID shift equals mrcnic.wire's usid_shift / usid_decode."""
+    import ipaddress
+    import random
+
+    from mrcnic import wire
+    from mrcnic.sim.fabric import _shift_carrier
+
+    rng = random.Random(5)
+    values = [rng.getrandbits(128) for _ in range(500)]
+    values += [int(ipaddress.IPv6Address(wire.usid_carrier(0xFC000000, u)))
+               for u in ([0xE001], [0x1000, 0xE001], [0x1000, 0x2000, 0x1001, 0xE001])]
+    values += [v & ~(0xFFFF << 64) for v in values[:50]]        # a 0x0000 second uSID
+    for v in values:
+        new_da, active = _shift_carrier.__wrapped__(v)
+        ref = wire.usid_shift(v)
+        assert new_da == ipaddress.IPv6Address(ref).packed
+        usids = wire.usid_decode(ref)[1]
+        assert active == (usids[0] if usids else 0)
