@@ -200,8 +200,8 @@ class _Ctx:
 
     # -- output -------------------------------------------------------------------------
     def console(self):
-        from rich.console import Console
-        return Console(width=None if sys.stdout.isatty() else 160)
+        from mrcnic.clikit import console
+        return console()
 
     def emit(self, obj, table_fn):
         if self.as_json:

@@ -61,8 +61,9 @@ def _common(fn):
 
 
 def _finish(summary: dict, out_dir):
-    from rich.console import Console
     from rich.table import Table
+
+    from .clikit import console as console_
 
     t = Table(title="campaign summary", show_header=False)
     t.add_column("")
@@ -74,7 +75,7 @@ def _finish(summary: dict, out_dir):
     for point, d in (summary.get("points") or {}).items():
         t.add_row(point, f"{d['passed']}/{d['runs']} passed, completion "
                          f"{d['mean_completion_x_ideal']} x ideal")
-    Console().print(t)
+    console_().print(t)
     click.echo(f"wrote {out_dir}/runs.csv, runs.jsonl, summary.json, summary.png")
     rtl = summary.get("rtl_versions") or []
     if len(rtl) > 1:

@@ -16,6 +16,7 @@ import click
 from . import __version__
 from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE, OUT_DIR, OUT_FILE, SIZE,
                      InputError, MrcnicGroup, RunFailed)
+from .clikit import console as console_  # the CLI's rich Console (160 columns when piped)
 from .fw.cli import INT
 from .interrupt import sigterm_as_interrupt
 from .sim.simulators import SIMULATORS
@@ -135,7 +136,6 @@ def send(config_path, qp, size, out, peer_config, va, rkey, imm, seed, json_path
 
 
 def _print_send(summary, kept=True):
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"mrcnic send: {summary['frames']} frames, {summary['bytes']} payload bytes")
@@ -143,7 +143,7 @@ def _print_send(summary, kept=True):
         table.add_column(col, justify="right")
     for plane, row in sorted(summary["per_plane"].items()):
         table.add_row(str(plane), str(row["frames"]), str(row["wire_bytes"]), str(row["evs"]))
-    Console().print(table)
+    console_().print(table)
     for path in summary.get("pcaps", []):
         click.echo(f"wrote {path}")
     if kept:
@@ -166,12 +166,11 @@ def _print_send(summary, kept=True):
 @_SIMULATOR
 def replay(config_path, pcaps, out, json_path, raw, waves, build_dir, keep):
     """Feed the frames of pcap file(s) into the RTL receive path and report what it did."""
-    from rich.console import Console
     from rich.table import Table
 
     from .sim.replay import run_replay
 
-    console = Console()
+    console = console_()
     kept = bool(build_dir or keep or waves)
     with _build_dir(build_dir, kept, "replay") as bdir:
         try:
@@ -276,7 +275,6 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
 
 def _print_sim(scenario, report, outputs, kept):
     """Print the summary table of a ``mrcnic sim`` run; exit with its status (see ``sim``)."""
-    from rich.console import Console
     from rich.table import Table
 
     from .sim.report import summary_rows
@@ -285,7 +283,7 @@ def _print_sim(scenario, report, outputs, kept):
     table.add_column("", justify="right")
     for name, value in summary_rows(report):
         table.add_row(name, value)
-    Console().print(table)
+    console_().print(table)
     for path in (*outputs, report.get("waves")):
         if path:
             click.echo(f"wrote {path}")
@@ -370,7 +368,6 @@ def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_
     and of 'mrcnic sim' (SCENARIO), under each simulator; cold and cached build times."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from .sim.bench import bench_sim
@@ -378,7 +375,7 @@ def bench_sim_cmd(json_path, simulators, scenario, clock_cycles, no_cold, build_
 
     if scenario not in scenario_names():
         _fail(f"unknown scenario {scenario!r} (built in: {', '.join(scenario_names())})")
-    console = Console()
+    console = console_()
     with _build_dir(build_dir, keep, "bench-sim") as bdir:
         try:
             with console.status("starting") as status:
@@ -427,7 +424,6 @@ def bench_scenarios_cmd(json_path, names, simulator, build_dir, keep):
     (mrcnic.sim.expect): completion against ideal, timeouts, EV events, fairness."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from .sim.cosim import run_cosim
@@ -438,7 +434,7 @@ def bench_scenarios_cmd(json_path, names, simulator, build_dir, keep):
     for n in names:
         if n not in LIMITS:
             _fail(f"unknown scenario {n!r} (built in: {', '.join(LIMITS)})")
-    console = Console()
+    console = console_()
     rows = []
     with _build_dir(build_dir, keep, "bench-scenarios") as bdir:
         for n in names:
@@ -504,12 +500,11 @@ def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, 
     (mrcnic.sim.fabricbench).  Exit 1 when a run does not deliver every byte exactly."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from .sim.fabricbench import CONDITIONS, MODES, run_fabric_bench
 
-    console = Console()
+    console = console_()
     with _build_dir(build_dir, keep, "bench-fabric") as bdir:
         try:
             with console.status("bench fabric") as status:
@@ -554,9 +549,8 @@ def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, bu
     """
     import json
 
-    from rich.console import Console
 
-    console = Console()
+    console = console_()
     with _build_dir(build_dir, keep, f"bench-{name}") as bdir:
         try:
             with console.status(f"simulating the {pipeline} pipeline ({_sim_name()})..."):
@@ -609,7 +603,6 @@ def build(board, json_path, build_dir, seed):
     import json
     import time
 
-    from rich.console import Console
     from rich.table import Table
 
     from .boards.build import BuildError, build_board, resolve_board
@@ -618,7 +611,7 @@ def build(board, json_path, build_dir, seed):
         board = resolve_board(board)
     except ValueError as exc:
         _fail(str(exc))
-    console = Console()
+    console = console_()
     labels = {"elaborate": "elaborating (Amaranth)", "synth": "synthesis (Yosys)",
               "pnr": "place and route (nextpnr-ecp5)", "pack": "bitstream (ecppack)"}
     status = console.status("starting")

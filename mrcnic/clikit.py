@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_CODES",
+__all__ = ["console", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_CODES",
            "MrcnicGroup", "InputError", "RunFailed", "SIZE", "OUT_FILE", "OUT_DIR",
            "parse_size", "check_output_file", "check_output_dir"]
 
@@ -201,3 +201,18 @@ class _OutPath(click.ParamType):
 
 OUT_FILE = _OutPath(directory=False)    #: an output file, checked before the command runs
 OUT_DIR = _OutPath(directory=True)      #: an output folder (created later if needed), checked
+
+
+def console(**kwargs):
+    """A ``rich`` Console for the CLI's tables and progress: the terminal's width on a
+    terminal; when the output is piped or redirected (rich would wrap at 80 columns, cutting
+    the report tables' rows in two) ``$COLUMNS`` if set, else 160.  ``kwargs`` go to
+    ``rich.console.Console`` (e.g. ``stderr=True``)."""
+    import os
+
+    from rich.console import Console
+
+    stream = sys.stderr if kwargs.get("stderr") else sys.stdout
+    if "width" not in kwargs and not stream.isatty() and not os.environ.get("COLUMNS"):
+        kwargs["width"] = 160
+    return Console(**kwargs)
