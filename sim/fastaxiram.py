@@ -88,6 +88,32 @@ def _sink_run(fields):
     return _run
 
 
+def _write_word(mem, size: int, word_addr: int, data: bytes, strb: int, full: int):
+    """Write one beat (``data``: the data width's bytes) at byte address ``word_addr`` (the
+    beat's aligned address), the bytes whose ``strb`` bit is set, as cocotbext-axi's
+    ``AxiRamWrite`` writes them (the whole beat when ``strb == full``, else one slice per
+    run of set bits), the address wrapping modulo ``size``.  Raises ``IndexError`` for a
+    slice past the end of the memory (the caller answers SLVERR)."""
+    lanes = len(data)
+    if strb == full:
+        a = word_addr % size
+        if a + lanes > size:
+            raise IndexError("write past the end of the memory")
+        mem[a:a + lanes] = data
+        return
+    start = None
+    for i in range(lanes + 1):
+        if i < lanes and strb >> i & 1:
+            if start is None:
+                start = i
+        elif start is not None:
+            a = (word_addr + start) % size
+            if a + i - start > size:
+                raise IndexError("write past the end of the memory")
+            mem[a:a + i - start] = data[start:i]
+            start = None
+
+
 class _AWSink(AxiAWSink):
     _run = _sink_run(("awid", "awaddr", "awlen", "awsize", "awburst"))
 
@@ -208,24 +234,7 @@ class _RamWrite(AxiRamWrite):
                 data = wdata.to_bytes(lanes, "little")
 
                 try:
-                    if strb == full:
-                        a = cur_word_addr % size
-                        if a + lanes > size:
-                            raise IndexError("write past the end of the memory")
-                        mem[a:a + lanes] = data
-                    else:
-                        # the byte runs AxiSlaveWrite writes, one slice each
-                        start = None
-                        for i in range(lanes + 1):
-                            if i < lanes and strb >> i & 1:
-                                if start is None:
-                                    start = i
-                            elif start is not None:
-                                a = (cur_word_addr + start) % size
-                                if a + i - start > size:
-                                    raise IndexError("write past the end of the memory")
-                                mem[a:a + i - start] = data[start:i]
-                                start = None
+                    _write_word(mem, size, cur_word_addr, data, strb, full)
                 except Exception:
                     self.log.warning("Write operation failed")
                     b.bresp = AxiResp.SLVERR
@@ -525,23 +534,7 @@ class AxiRamOneTask(Memory):
                 cur_word = (wr_burst[1] // lanes) * lanes
                 data = wdata.to_bytes(lanes, "little")
                 try:
-                    if strb == full_strb:
-                        a = cur_word % size
-                        if a + lanes > size:
-                            raise IndexError("write past the end of the memory")
-                        mem[a:a + lanes] = data
-                    else:
-                        s0 = None
-                        for i in range(lanes + 1):
-                            if i < lanes and strb >> i & 1:
-                                if s0 is None:
-                                    s0 = i
-                            elif s0 is not None:
-                                a = (cur_word + s0) % size
-                                if a + i - s0 > size:
-                                    raise IndexError("write past the end of the memory")
-                                mem[a:a + i - s0] = data[s0:i]
-                                s0 = None
+                    _write_word(mem, size, cur_word, data, strb, full_strb)
                 except Exception:
                     wr_burst[9] = int(AxiResp.SLVERR)
                 assert last == (wr_burst[3] == wr_burst[4] - 1)
