@@ -9,7 +9,8 @@ from mrcnic.sim.bench import PAYLOADS, bench_rx, bench_tx
 
 
 def test_bench_tx_line_rate(tmp_path):
-    rows = bench_tx(build_dir=tmp_path)
+    # 24 back-to-back frames per case, as the receive test (the command's default is 48)
+    rows = bench_tx(packets=24, build_dir=tmp_path)
     assert [(r["payload"], r["srh"]) for r in rows] == [(p, s) for p in PAYLOADS
                                                          for s in (False, True)]
     for r in rows:
