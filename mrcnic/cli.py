@@ -485,7 +485,7 @@ def bench_scenarios_cmd(json_path, names, simulator, build_dir, keep):
 @click.option("--condition", "conditions", multiple=True,
               type=click.Choice(["healthy", "slow", "failed"]),
               help="Fabric condition (repeatable; default: healthy, slow, failed).")
-@click.option("--size", type=SIZE, default="32k", show_default=True,
+@click.option("--size", type=SIZE, default="256k", show_default=True,
               help="Bytes per flow (one RDMA WRITE per NIC).")
 @click.option("--seed", type=click.IntRange(min=0), default=7, show_default=True,
               help="Seed of the permutation (7: every flow crosses leaves).")

@@ -2,8 +2,9 @@
 
 A random permutation (seeded) across 8 RTL NICs on a 2-tier, 4-plane Clos
 (2 leaves x 4 spines per plane, 4 hosts per leaf, every link 2 Gb/s: each NIC moves at most
-8 Gb/s = one 64-bit beat per 8 ns clock, and the fabric is non-blocking), one RDMA WRITE per
-flow, run in three fabric conditions
+8 Gb/s = one 64-bit beat per 8 ns clock, and the fabric is non-blocking), one 256 KiB RDMA
+WRITE per flow (about 13 base RTTs of transfer, so steering has time to act), run in three
+fabric conditions
 
 * ``healthy``;
 * ``slow``: one fabric link (plane 0, leaf 0 <-> spine 0, both directions) at 25 % rate;
@@ -17,6 +18,13 @@ withdrawn 50 us after they fail) in every run, so SRV6 spraying and STEV hashing
 same switches.  The transport settings come from the fabric (docs/scenarios.md,
 "Transport defaults"): 8 KiB queues give an ACK timeout of 1.024 us x 2^8 = 262 us, and
 a run counts as stalled only after 600 us without progress (more than two timeouts).
+NSCC is the fabric-derived one except for the window: the base RTT is 21.5 us (one BDP =
+21 KiB at 8 Gb/s) but a loaded 1:1 fabric's RTT is about twice that, so the window starts at
+two BDPs (42 KiB), may grow to 64 KiB and decreases on ECN only beyond one base RTT of
+queueing (``target_delay_ns`` = 21.5 us instead of half of it); with one BDP the healthy
+runs were window-limited at 0.70-0.73 of ideal.  In ``mrc`` mode an ECN-echoed EV is avoided
+for 96 us (``ecn_hold`` 12 000 cycles) instead of 16 us: a 16-EV spray comes back to an EV
+only every ~18 us, so a 16 us hold could not lower any EV's share.
 Every run uses the same NIC build (8 NICs, 4 ports, 4 QP contexts, a
 16-entry path table: 16 EVs = one per path), so the Verilator model is built once.
 
@@ -35,6 +43,7 @@ MODES = ("ecmp", "oblivious", "mrc")
 CONDITIONS = ("healthy", "slow", "failed")
 SLOW_LINK = ["p0.leaf0", "p0.spine0"]     #: the degraded / failed fabric link
 FAIL_AT = 0.3                             #: failure time, x ideal_ns
+SIZE = 256 * 1024                         #: bytes per flow (one RDMA WRITE)
 
 _BASE = """
 description = "bench fabric: {mode}, {cond}"
@@ -66,10 +75,24 @@ ecmp_detect_ns = 50000.0
 
 [traffic]
 pattern = "permutation"
+
+[cc]
+target_delay_ns = 21500
+initial_cwnd_bytes = 43008
+max_cwnd_bytes = 65536
+"""
+
+#: mrc mode only: an ECN-echoed EV is avoided for 96 us.  The default 2000 cycles (16 us) is
+#: shorter than the time a 16-EV spray takes to come back to the same EV at 8 Gb/s (~18 us
+#: for 16 packets of ~1.1 KB), so it could not lower an EV's share at all.  (Not in the
+#: other modes: their ``ecn_hold`` is 0 unless set, and a set one would win.)
+_MRC = """
+[reliability]
+ecn_hold = 12000
 """
 
 
-def bench_scenario(mode: str, cond: str, size: int = 32 * 1024, seed: int = 7) -> dict:
+def bench_scenario(mode: str, cond: str, size: int = SIZE, seed: int = 7) -> dict:
     """The scenario dict of one run (``mode`` of :data:`MODES`, ``cond`` of
     :data:`CONDITIONS`; ``size`` bytes per flow; ``seed`` the permutation's).  Seed 7 gives
     a permutation whose every flow crosses from one leaf to the other.  Raises
@@ -79,6 +102,8 @@ def bench_scenario(mode: str, cond: str, size: int = 32 * 1024, seed: int = 7) -
     if mode not in MODES or cond not in CONDITIONS:
         raise ValueError(f"mode must be one of {MODES}, condition one of {CONDITIONS}")
     text = _BASE.format(mode=mode, cond=cond, size=size, seed=seed)
+    if mode == "mrc":
+        text += _MRC
     if cond == "slow":
         text += f'\n[[slow_links]]\nlink = {SLOW_LINK!r}\nrate_gbps = 0.5\n'.replace("'", '"')
     elif cond == "failed":
@@ -87,7 +112,7 @@ def bench_scenario(mode: str, cond: str, size: int = 32 * 1024, seed: int = 7) -
     return loads_scenario(text, f"<bench fabric {mode}/{cond}>", f"fabric-{mode}-{cond}")
 
 
-def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = 32 * 1024,
+def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = SIZE,
                      seed: int = 7, build_dir=None, simulator: str | None = None,
                      plot=None, progress=None) -> dict:
     """Run every (condition, mode); return ``{"runs": [...], "setup": {...}}``.
@@ -144,7 +169,9 @@ def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = 32 * 102
     return dict(setup=dict(nics=8, planes=4, leaves=2, spines=4, hosts_per_leaf=4,
                            link_gbps=2.0, nic_gbps=8.0, size=size, seed=seed,
                            slow_link=SLOW_LINK, slow_rate=0.25, fail_at_x_ideal=FAIL_AT,
-                           ecmp_detect_us=50.0), runs=runs)
+                           ecmp_detect_us=50.0, nscc=dict(target_delay_ns=21500, initial_cwnd_bytes=43008,
+                                                          max_cwnd_bytes=65536),
+                           mrc_ecn_hold_cycles=12000), runs=runs)
 
 
 def _us(ns):

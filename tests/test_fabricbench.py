@@ -31,3 +31,13 @@ def test_conditions():
     assert f == [{"action": "fail_link", "target": SLOW_LINK, "at": 0.3}]
     with pytest.raises(ValueError):
         bench_scenario("spray", "healthy")
+
+
+def test_transport_settings():
+    # 256 KiB flows, a window for the loaded RTT in every mode, a 96 us ECN hold in mrc only
+    for mode in MODES:
+        sc = bench_scenario(mode, "slow")
+        assert sc["size"] == 256 * 1024
+        assert sc["cc"] == {"target_delay_ns": 21500, "initial_cwnd_bytes": 43008,
+                            "max_cwnd_bytes": 65536}
+        assert sc["reliability"]["ecn_hold"] == (12000 if mode == "mrc" else 0)
