@@ -17,7 +17,9 @@ touches them once per frame:
   of the next queued frame (``taken`` counts frames started), or ``tvalid = tlast = 0``
   (``tdata`` / ``tkeep`` keep their last values, as cocotbext-axi's do).  A frame Python
   queues at an edge is first driven at the following edge, as the Python source's (it
-  sees a frame sent at an edge from the next edge on).
+  sees a frame sent at an edge from the next edge on).  Reset clears the port (``tvalid``,
+  ``tlast``, the frame in progress), not the ring or its counters (``rp``, ``taken``,
+  ``queued``): the co-simulation queues frames only after the one reset at its start.
 * :data:`CAPTURE_MODULE` (NIC -> fabric, on the NIC's ``m_axis_p<i>``): ``tready`` low in
   reset and for the first edge after it, then high (the Python sink, started at the edge
   after reset, drives ``tready = 1`` from the edge after that, and its queue never
