@@ -270,7 +270,23 @@ def sim(scenario, json_path, pcap, plot, waves, size, build_dir, keep, serve_por
                                faults=faults, seed=seed, harness_bug=harness_bug)
         except (ValueError, OSError) as exc:
             _fail(str(exc))
+        except AssertionError as exc:       # the simulation itself failed: one line, exit 1
+            raise RunFailed(_sim_failure(exc, bdir)) from None
         _print_sim(scenario, report, (json_path, pcap, plot), kept)
+
+
+def _sim_failure(exc, build_dir) -> str:
+    """One line for a simulation that failed (``AssertionError`` of run_cosim): its message
+    and the last exception line of the simulator log (``<build_dir>/sim/sim.log``), which
+    names the cause (e.g. an output file that could no longer be written)."""
+    log = Path(build_dir) / "sim" / "sim.log"
+    cause = ""
+    if log.exists():
+        import re
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()
+                 if re.match(r"\s*\w+(Error|Exception)\b.*:", ln)]
+        cause = f": {lines[-1]}" if lines else ""
+    return f"{exc}{cause} (log: {log})"
 
 
 def _print_sim(scenario, report, outputs, kept):
@@ -284,7 +300,8 @@ def _print_sim(scenario, report, outputs, kept):
     for name, value in summary_rows(report):
         table.add_row(name, value)
     console_().print(table)
-    for path in (*outputs, report.get("waves")):
+    json_path, pcap, plot = outputs
+    for path in (json_path, pcap, *(report.get("plots") or [plot]), report.get("waves")):
         if path:
             click.echo(f"wrote {path}")
     if kept:

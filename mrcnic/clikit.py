@@ -148,8 +148,11 @@ SIZE = _SizeType()      #: a click type for byte sizes with units (:func:`parse_
 def check_output_file(path) -> Path:
     """``path`` as a :class:`Path` if a file can be written there; ``ValueError`` otherwise.
 
-    The folder must exist and be writable, and ``path`` must not be a folder.  Nothing is
-    created.  An empty path is refused.
+    The folder must exist and be writable, and ``path`` must not be a folder; the file is
+    opened for writing once (created and removed again when it did not exist; an existing
+    one is opened for appending and left as it was), so that a file system that refuses
+    files (``/proc``, a read-only mount) fails here, before a run, not after it.  An empty
+    path is refused.
     """
     if not str(path).strip():
         raise ValueError("an empty path is not a file name")
@@ -161,6 +164,14 @@ def check_output_file(path) -> Path:
         raise ValueError(f"cannot write {path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ValueError(f"cannot write {path}: permission denied")
+    existed = p.exists()
+    try:
+        with open(p, "ab" if existed else "xb"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as exc:
+        raise ValueError(f"cannot write {path}: {exc.strerror or exc}") from None
     return p
 
 

@@ -326,6 +326,28 @@ def base_rtt_ns(sc: dict, pmtu: int) -> float:
             + sum(wire_bytes(_ACK_BYTES) * 8 / r for r in hops) + 2 * lat)
 
 
+def run_limits(sc: dict, ideal_ns: float) -> dict:
+    """``{"time_limit", "stall_ns"}`` of a scenario: its own values, else derived from the
+    senders' first ACK timeout (RTO = 1.024 us x 2^ack_timeout_exp, the scenario's
+    ``reliability`` or :data:`mrcnic.config.RELIABILITY_DEFAULTS`): a run may take its
+    ideal time plus three RTOs (``time_limit`` = max(4, (ideal + 3 x RTO) / ideal), in
+    x ``ideal_ns``) and counts as stalled after max(100 us, 3 x RTO) with nothing sent or
+    in flight (ns), so that a packet lost to a link failure is always retransmitted
+    before the run gives up."""
+    from mrcnic.config import RELIABILITY_DEFAULTS
+
+    exp = (sc.get("reliability") or {}).get("ack_timeout_exp",
+                                             RELIABILITY_DEFAULTS["ack_timeout_exp"])
+    rto_ns = float(1024 << exp)
+    limit = sc.get("time_limit")
+    if limit is None:
+        limit = max(4.0, (ideal_ns + 3 * rto_ns) / ideal_ns)
+    stall = sc.get("stall_ns")
+    if stall is None:
+        stall = max(100_000.0, 3 * rto_ns)
+    return dict(time_limit=limit, stall_ns=float(stall))
+
+
 def _resolve(sc: dict):
     """(config texts, HwTables per NIC, NicConfig per NIC) of a scenario."""
     from mrcnic.config import compile_tables, loads_config
@@ -421,13 +443,26 @@ def _transfers(sc: dict, cfgs: list) -> list[dict]:
 
 def _progress_loop(progress_file: Path, total: int | None, done: threading.Event, label: str,
                    port_file: Path | None = None, simulator: str = "verilator"):
+    """The progress of a run on stderr: a live bar on a terminal; otherwise (a log, a pipe)
+    plain lines: the build, the start of the run, then one line every 30 s."""
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
+    from mrcnic.clikit import console
+
+    tty = sys.stderr.isatty()
+    building = f"building the {simulator} model (first run only, then cached)..."
+
+    def say(text):
+        if not tty:
+            print(f"{label}: {text}", file=sys.stderr, flush=True)
+    say(building)
+    said_at = None
     # fits 80 columns: a short bar, the time relative to the run's start as in the report
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), DownloadColumn(),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
-        task = bar.add_task(label, total=total, info=f"building the {simulator} model (first run only, then cached)...")
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                  console=console(stderr=True), disable=not tty) as bar:
+        task = bar.add_task(label, total=total, info=building)
         pos = 0
         while not done.is_set():
             time.sleep(0.5)
@@ -449,10 +484,12 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
             pos += len(chunk.encode())
             for line in chunk.splitlines():
                 p = json.loads(line)
-                bar.update(task, completed=min(p["placed"], total or p["placed"]),
-                           info=f"t={p['t_rel_ns'] / 1000:.1f}us"
-                                f" cpl {p['cpl']}/{p['cpl_expected']}"
-                                f" {p['cycles_per_s'] / 1000:.1f}k cyc/s")
+                info = (f"t={p['t_rel_ns'] / 1000:.1f}us cpl {p['cpl']}/{p['cpl_expected']}"
+                        f" {p['cycles_per_s'] / 1000:.1f}k cyc/s")
+                bar.update(task, completed=min(p["placed"], total or p["placed"]), info=info)
+                if said_at is None or time.monotonic() - said_at >= 30:
+                    said_at = time.monotonic()
+                    say(f"running: {p['placed']} of {total} bytes placed, {info}")
 
 
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
@@ -544,7 +581,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         # a small transfer whose PSN is lost again and again recovers by ACK timeouts that
         # dwarf its ideal time: under faults only a run still incomplete after
         # FAULT_TIME_LIMIT x ideal (or stalled) counts as a hang
-        sc["time_limit"] = max(sc["time_limit"], FAULT_TIME_LIMIT)
+        sc["time_limit"] = max(sc.get("time_limit") or 0.0, FAULT_TIME_LIMIT)
     if harness_bug:
         from .invariants import HARNESS_BUGS
         if harness_bug not in HARNESS_BUGS:
@@ -564,6 +601,7 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     qps = COSIM_QPS if max(len(tb.rx_qps) for tb in tables) <= COSIM_QPS else MAX_QPS
     pmtu = cfgs[0].nic.pmtu
     times = ideal_times(sc, tables, pmtu)
+    sc.update(run_limits(sc, times["ideal_ns"]))
     wrs = _transfers(sc, cfgs)
     build_dir = Path(build_dir or tempfile.mkdtemp(prefix="mrcnic-sim-"))
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -667,17 +705,19 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
     if serve is None and rep.get("send_completions") is not None:
         from .flows import flow_stats       # per-flow FCT / throughput, per-link load
         rep["flows"] = flow_stats(rep, sc)
+    if plot:        # the throughput plot, and beside it <stem>-fct.png, <stem>-links.png
+        p = Path(plot)
+        rep["plots"] = [str(p)] + ([str(p.with_name(p.stem + s)) for s in ("-fct.png", "-links.png")]
+                                   if rep.get("flows") else [])
     if json_path:
         report_mod.write_json(rep, json_path)
     if plot:
         report_mod.plot_throughput(rep, plot)
-        if rep.get("flows"):                # beside it: <stem>-fct.png, <stem>-links.png
+        if rep.get("flows"):
             from .flows import plot_fct_cdf, plot_link_load
-            p = Path(plot)
             plot_fct_cdf({sc["name"]: [f["fct_ns"] for f in rep["flows"]["flows"]]},
-                         p.with_name(p.stem + "-fct.png"), f"{sc['name']}: FCT CDF")
-            plot_link_load(rep["flows"], sc, p.with_name(p.stem + "-links.png"),
-                           f"{sc['name']}: fabric link load")
+                         rep["plots"][1], f"{sc['name']}: FCT CDF")
+            plot_link_load(rep["flows"], sc, rep["plots"][2], f"{sc['name']}: fabric link load")
     return rep
 
 
@@ -1274,7 +1314,7 @@ if cocotb is not None:
         gc.set_threshold(20_000, 50, 100)
         done_at = None
         first_round_ns = None       # served runs: when the first round's last message completed
-        stall_ns = sc.get("stall_ns", 100_000.0)
+        stall_ns = sc["stall_ns"]             # run_limits
         stalled = False
         # Ctrl-C: end the run cleanly at the next clock (Icarus would otherwise stop at its
         # interactive prompt and hang the run)

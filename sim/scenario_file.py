@@ -273,7 +273,8 @@ def loads_scenario(text: str, source: str = "<string>", name: str = "custom") ->
                    "to": c.num(b["to"], f"{key}.to", lo=0)})
     sc["background"] = bg
     sc["linger_ns"] = float(c.num(doc.get("linger_ns", 2000.0), "linger_ns", lo=0))
-    sc["time_limit"] = c.num(doc.get("time_limit", 4.0), "time_limit", positive=True)
+    if "time_limit" in doc:           # else derived from the RTO (mrcnic.sim.cosim.run_limits)
+        sc["time_limit"] = c.num(doc["time_limit"], "time_limit", positive=True)
     sc["ack_every"] = c.int(doc.get("ack_every", 4), "ack_every", 1, 255)
     sc["ack_timeout"] = c.int(doc.get("ack_timeout", 64), "ack_timeout", 1, 65535)
     if "stall_ns" in doc:

@@ -37,11 +37,12 @@ A scenario is a plain dict (JSON-able) read by :func:`mrcnic.sim.cosim.run_cosim
 ``linger_ns``
     Simulated time kept running after the last completion (probes, late ACKs).
 ``stall_ns``
-    Optional (default 100 us): the run gives up when nothing was sent and nothing is
-    in flight for that long before every completion arrived.
+    Optional (default max(100 us, 3 x RTO), :func:`mrcnic.sim.cosim.run_limits`): the run
+    gives up when nothing was sent and nothing is in flight for that long before every
+    completion arrived.
 ``time_limit``
     The run stops at ``time_limit`` x ``ideal_ns`` + ``linger_ns`` after posting,
-    complete or not.
+    complete or not (a scenario file without it: max(4, (ideal + 3 x RTO) / ideal)).
 ``expect``
     What the scenario shows (text; the assertions are in ``tests/test_sim.py``).
 

@@ -242,3 +242,22 @@ def test_ctrl_c_on_serve_is_a_clean_stop(tmp_path):
     assert rep["rounds"] > 1                # a served round completed: its time is reported
     assert rep["completion_ns"] and rep["complete"]
     assert "not complete" not in stdout + stderr
+
+
+def test_failed_simulation_is_one_line_naming_the_cause(tmp_path, monkeypatch):
+    """A simulation that fails inside cocotb (here: an output file that can no longer be
+    written) ends with one ``error:`` line naming the cause and the log, exit status 1."""
+    import mrcnic.sim.cosim as cosim
+
+    def failing(*args, build_dir=None, **kw):
+        log = Path(build_dir) / "sim" / "sim.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                       "FileNotFoundError: [Errno 2] No such file or directory: '/gone/x.pcapng'\n")
+        raise AssertionError(f"the simulation failed (see {Path(build_dir) / 'sim'})")
+    monkeypatch.setattr(cosim, "run_cosim", failing)
+    res = CliRunner().invoke(main, ["sim", "--build-dir", str(tmp_path / "b")])
+    assert res.exit_code == 1, res.output
+    err = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "FileNotFoundError" in err[0] and "sim.log" in err[0], res.output
+    assert "Traceback" not in res.output

@@ -132,3 +132,31 @@ def test_lb_modes_are_settings(lb):
         assert prof.mode == "STEV" and prof.ev_min_active == 4 and len(prof.entries) == 32
         assert len({e.ev for e in prof.entries}) == 1          # one EV, every plane
         assert sorted({e.port for e in prof.entries}) == [0, 1, 2, 3]
+
+
+def _docs_example() -> str:
+    """The "complete file" of docs/scenarios.md, as a user would copy it."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "scenarios.md").read_text()
+    start = text.index("```toml", text.index("A complete file")) + len("```toml")
+    return text[start:text.index("```", start)]
+
+
+def test_docs_example_run_limits_cover_its_rto():
+    """The docs' example sets neither time_limit nor stall_ns: both come from its RTO, so
+    its link failure's lost packets are retransmitted (one RTO) before the run gives up
+    (the 4 x ideal limit and the 100 us stall detection ended it before its first timeout)."""
+    from mrcnic.sim.cosim import _resolve, ideal_times, run_limits
+
+    sc = loads_scenario(_docs_example(), "my.toml", "my")
+    assert "time_limit" not in sc and "stall_ns" not in sc
+    cfgs, tables = _resolve(sc)[2], _resolve(sc)[1]
+    ideal = ideal_times(sc, tables, cfgs[0].nic.pmtu)["ideal_ns"]
+    rto = 1024 << sc["reliability"]["ack_timeout_exp"]
+    assert rto > 4 * ideal - ideal                       # the old limit: before one RTO
+    lim = run_limits(sc, ideal)
+    assert lim["time_limit"] * ideal >= ideal + 3 * rto
+    assert lim["stall_ns"] >= 3 * rto
+    # a scenario's own values win
+    assert run_limits(dict(sc, time_limit=2.0, stall_ns=5.0), ideal) == \
+        dict(time_limit=2.0, stall_ns=5.0)
