@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .clikit import (EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE, OUT_DIR, OUT_FILE, SIZE,
+from .clikit import (CONFIG, EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE, OUT_DIR, OUT_FILE, SIZE,
                      InputError, MrcnicGroup, RunFailed)
 from .clikit import console as console_  # the CLI's rich Console (160 columns when piped)
 from .fw.cli import INT
@@ -100,14 +100,14 @@ def _build_dir(build_dir, keep: bool, name: str):
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--config", "config_path", required=True, type=CONFIG,
               help="NIC configuration file (TOML, see docs/config.md).")
 @click.option("--qp", required=True, type=int, help="QP index: position in the config's [[qps]].")
 @click.option("--size", required=True, type=SIZE,
               help="Bytes to write (1..2**31; units: 64k, 1MiB, ...).")
 @click.option("--out", type=OUT_FILE, default=None,
               help="pcap of every frame sent (also OUT-p<plane>.pcap per plane).")
-@click.option("--peer-config", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--peer-config", type=CONFIG, default=None,
               help="The peer's config: its first memory region gives the default VA and rkey.")
 @click.option("--va", type=INT, default=None, help="Remote VA (default: peer's first region).")
 @click.option("--rkey", type=INT, default=None, help="Remote rkey (default: peer's first region).")
@@ -151,7 +151,7 @@ def _print_send(summary, kept=True):
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--config", "config_path", required=True, type=CONFIG,
               help="The receiving NIC's configuration file (TOML).")
 @click.argument("pcaps", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", type=OUT_FILE, default=None,

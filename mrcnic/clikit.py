@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["console", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_CODES",
+__all__ = ["console", "CONFIG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_CODES",
            "MrcnicGroup", "InputError", "RunFailed", "SIZE", "OUT_FILE", "OUT_DIR",
            "parse_size", "check_output_file", "check_output_dir"]
 
@@ -227,3 +227,31 @@ def console(**kwargs):
     if "width" not in kwargs and not stream.isatty() and not os.environ.get("COLUMNS"):
         kwargs["width"] = 160
     return Console(**kwargs)
+
+
+class _ConfigPath(click.ParamType):
+    """A NIC configuration file: an existing file, or a packaged example named as in the
+    repository (``examples/two_nics.toml``: found in the installed package when there is no
+    such file here, so the README's commands run from any folder)."""
+
+    name = "FILE"
+
+    def convert(self, value, param, ctx):
+        if value is None:
+            return None
+        p = Path(value)
+        if p.is_file():
+            return str(p)
+        if p.is_dir():
+            self.fail(f"{value} is a directory, not a file", param, ctx)
+        from .resources import resource
+        if str(value).replace("\\", "/").startswith("examples/"):
+            try:
+                return str(resource(value))
+            except FileNotFoundError as exc:
+                self.fail(str(exc), param, ctx)
+        self.fail(f"file {value!r} does not exist", param, ctx)
+
+
+#: ``--config`` of send / replay: a file, or a packaged ``examples/...`` configuration
+CONFIG = _ConfigPath()

@@ -261,3 +261,14 @@ def test_failed_simulation_is_one_line_naming_the_cause(tmp_path, monkeypatch):
     err = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "FileNotFoundError" in err[0] and "sim.log" in err[0], res.output
     assert "Traceback" not in res.output
+
+
+def test_config_names_a_packaged_example_from_any_folder(tmp_path, monkeypatch):
+    """``--config examples/...`` outside the checkout is the packaged configuration; a
+    wrong example name lists the packaged ones."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["send", "--config", "examples/two_nics.toml", "--qp", "7",
+                                    "--size", "100"])
+    assert res.exit_code == 2 and "has 1 QP(s)" in res.output, res.output     # it was read
+    res = CliRunner().invoke(main, ["replay", "--config", "examples/nope.toml", "x.pcap"])
+    assert res.exit_code == 2 and "two_nics.toml" in res.output, res.output
