@@ -37,6 +37,7 @@ and :meth:`mrcnic.sim.fabric.Fabric.conservation` balance.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -82,8 +83,8 @@ def _num(x) -> str:
 def parse_spec(text: str | None) -> FaultSpec:
     """Parse ``"kind=x,kind=lo:hi,..."`` into a :class:`FaultSpec`.
 
-    Raises ``ValueError`` for an unknown kind, a malformed or negative value, a
-    probability above 1, or ``lo > hi``.  ``None`` or ``""`` is the empty spec (no faults).
+    Raises ``ValueError`` for an unknown kind, a malformed, non-finite (nan, inf) or
+    negative value, a probability above 1, or ``lo > hi``.  ``None`` or ``""`` is the empty spec (no faults).
     """
     ranges = {}
     for item in (text or "").replace(" ", "").split(","):
@@ -103,6 +104,8 @@ def parse_spec(text: str | None) -> FaultSpec:
         except ValueError:
             raise ValueError(f"fault {kind}: {value!r} is not a number"
                              + (" (an integer)" if conv is int else "")) from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):     # nan compares false below
+            raise ValueError(f"fault {kind}: {value!r} is not a finite number")
         if lo < 0 or lo > hi:
             raise ValueError(f"fault {kind}: need 0 <= lo <= hi, got {value!r}")
         if kind in _PROB_KINDS and hi > 1:
