@@ -396,7 +396,10 @@ class HdlHostMem:
         # the partial rows at either end keep the HDL's other bytes
         self._refresh(lo // rb * rb, -(-hi // rb) * rb)
         self.mem[lo:hi] = data
-        put = 0            # GPI deposit, at once (cocotb's _GPISetAction.DEPOSIT)
+        # GPI "no delay" (cocotb's _GPISetAction.NO_DELAY): the row holds the bytes at once,
+        # so a read or a second write of the same row in this timestep sees them (a DEPOSIT,
+        # 0, is applied later: a second write re-read the old row and lost the first)
+        put = 3
         fmt, mem = self._fmt, self.mem
         for r in range(lo // rb, -(-hi // rb)):
             v = int.from_bytes(mem[r * rb:(r + 1) * rb], "little")

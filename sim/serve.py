@@ -92,10 +92,14 @@ class SimCsrBridge:
 
     def read32(self, addr: int) -> int:
         """Read one 32-bit register (blocks until the simulation has done it); board
-        registers and host memory (``board``) answer at once."""
+        registers (``board``) answer at once, its host-memory window (``0x8000..``) at the
+        simulation's next :meth:`service` (the memory is read through the simulator's
+        handles, which only the simulation's thread may touch)."""
         if self.board is not None and self.board.handles(addr):
             if self._closed:
                 raise TransportError("read", addr, detail=self._closed)
+            if self.board.is_memory(addr):
+                return self._call(_Req("memread", addr))
             return self.board.read32(addr)
         return self._call(_Req("read", addr))
 
@@ -104,18 +108,39 @@ class SimCsrBridge:
         if self.board is not None and self.board.handles(addr):
             if self._closed:
                 raise TransportError("write", addr, detail=self._closed)
+            if self.board.is_memory(addr):
+                return self._call(_Req("memwrite", addr, value))
             return self.board.write32(addr, value)
         self._call(_Req("write", addr, value))
 
     # ---- simulation side (called from the cocotb clock loop) -----------------------------
     def service(self):
-        """Start the next queued access as a cocotb task, unless one is in flight."""
-        if self._busy or self._q.empty():
-            return
-        import cocotb
-        self._busy = True
-        self._inflight = req = self._q.get_nowait()
-        cocotb.start_soon(self._run(req))
+        """Do the queued host-memory accesses at once (no simulated time) and start the
+        next register access as a cocotb task, unless one is in flight."""
+        while not self._busy:
+            try:
+                req = self._q.get_nowait()
+            except queue.Empty:
+                return
+            if req.op in ("memread", "memwrite"):
+                self._memory(req)
+                continue
+            import cocotb
+            self._busy = True
+            self._inflight = req
+            cocotb.start_soon(self._run(req))
+
+    def _memory(self, req: _Req):
+        """A host-memory window access of the board model, in the simulation's thread."""
+        try:
+            if req.op == "memread":
+                req.result = self.board.read32(req.addr)
+            else:
+                self.board.write32(req.addr, req.value)
+        except TransportError as exc:
+            req.error = exc
+        finally:
+            req.done.set()
 
     async def _run(self, req: _Req):
         try:
@@ -159,8 +184,9 @@ class SimBoard:
     ``mrcnic sim --serve`` exactly as on a board (docs/boards.md), plus
     :data:`SIM_BOARD_EXTRA` (send completions, a host-memory page).
 
-    Server threads call :meth:`read32` / :meth:`write32` (host memory is the NIC's
-    cocotbext-axi ``AxiRam``, read and written at once, in no simulated time); the
+    :meth:`read32` / :meth:`write32` run in a server thread for the board registers and in
+    the simulation's thread for the host-memory window (the NIC's host memory, in no
+    simulated time; :class:`SimCsrBridge` queues those accesses for its ``service``); the
     clock loop calls :meth:`sample` every cycle (completions into 16-entry FIFOs, as
     on a board) and :meth:`service` (a posted work request is handed to the NIC's
     ``s_wr`` stream by a cocotb task, under the NIC's ``wr_lock`` when it has one, so
@@ -191,6 +217,11 @@ class SimBoard:
     @staticmethod
     def handles(addr: int) -> bool:
         return addr >= 0x0800
+
+    @staticmethod
+    def is_memory(addr: int) -> bool:
+        """The host-memory window (read and written through the simulator's handles)."""
+        return addr >= 0x8000
 
     def _mem_addr(self, op, addr):
         a = self.page * 0x8000 + (addr - 0x8000)
