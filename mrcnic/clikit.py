@@ -217,15 +217,23 @@ OUT_DIR = _OutPath(directory=True)      #: an output folder (created later if ne
 def console(**kwargs):
     """A ``rich`` Console for the CLI's tables and progress: the terminal's width on a
     terminal; when the output is piped or redirected (rich would wrap at 80 columns, cutting
-    the report tables' rows in two) ``$COLUMNS`` if set, else 160.  ``kwargs`` go to
+    the report tables' rows in two) 160; ``$COLUMNS`` wins when it is a number of at least
+    60 (smaller or malformed values are ignored: a width of 0 printed no report at all).  ``kwargs`` go to
     ``rich.console.Console`` (e.g. ``stderr=True``)."""
     import os
 
     from rich.console import Console
 
     stream = sys.stderr if kwargs.get("stderr") else sys.stdout
-    if "width" not in kwargs and not stream.isatty() and not os.environ.get("COLUMNS"):
-        kwargs["width"] = 160
+    if "width" not in kwargs:
+        cols = os.environ.get("COLUMNS", "").strip()
+        n = int(cols) if cols.isdigit() else 0
+        if n >= 60:
+            kwargs["width"] = n
+        elif not stream.isatty():
+            kwargs["width"] = 160
+        elif cols:                  # a $COLUMNS of 0, 20 or "abc" on a terminal: ignored
+            kwargs["width"] = 80
     return Console(**kwargs)
 
 
