@@ -489,7 +489,8 @@ def _progress_loop(progress_file: Path, total: int | None, done: threading.Event
                 bar.update(task, completed=min(p["placed"], total or p["placed"]), info=info)
                 if said_at is None or time.monotonic() - said_at >= 30:
                     said_at = time.monotonic()
-                    say(f"running: {p['placed']} of {total} bytes placed, {info}")
+                    of = f" of {total}" if total else ""
+                    say(f"running: {p['placed']}{of} bytes placed, {info}")
 
 
 def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_path=None,
