@@ -519,7 +519,7 @@ def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, 
 
     from rich.table import Table
 
-    from .sim.fabricbench import CONDITIONS, MODES, run_fabric_bench
+    from .sim.fabricbench import CONDITIONS, MODES, run_fabric_bench, size_text
 
     console = console_()
     with _build_dir(build_dir, keep, "bench-fabric") as bdir:
@@ -531,7 +531,7 @@ def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, 
                                            f"bench fabric: {t} (8 NICs; first run builds)"))
         except (ValueError, RuntimeError, OSError, AssertionError) as exc:
             raise RunFailed(f"{exc} (build directory: {bdir})") from None
-    table = Table(title=f"bench fabric: 8-NIC permutation, {size // 1024} KiB per flow, "
+    table = Table(title=f"bench fabric: 8-NIC permutation, {size_text(size)} per flow, "
                         "per-flow throughput as a fraction of ideal")
     for col in ("condition", "mode", "mean", "min", "mean Gb/s", "min Gb/s", "p99 FCT us",
                 "p99 x healthy", "retx", "trimmed", "EV events", "exact", "wall s"):

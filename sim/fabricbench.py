@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["MODES", "CONDITIONS", "bench_scenario", "run_fabric_bench", "SLOW_LINK"]
+__all__ = ["MODES", "CONDITIONS", "bench_scenario", "run_fabric_bench", "SLOW_LINK", "size_text"]
 
 MODES = ("ecmp", "oblivious", "mrc")
 CONDITIONS = ("healthy", "slow", "failed")
@@ -165,7 +165,7 @@ def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = SIZE,
                       ([f["fct_us"] * 1000 for f in r["flows"] if f["fct_us"] is not None],
                        dash[r["condition"]] + styles[r["mode"]])
                       for r in runs}, plot,
-                     f"bench fabric: 8-NIC permutation, {size // 1024} KiB per flow")
+                     f"bench fabric: 8-NIC permutation, {size_text(size)} per flow")
     return dict(setup=dict(nics=8, planes=4, leaves=2, spines=4, hosts_per_leaf=4,
                            link_gbps=2.0, nic_gbps=8.0, size=size, seed=seed,
                            slow_link=SLOW_LINK, slow_rate=0.25, fail_at_x_ideal=FAIL_AT,
@@ -176,3 +176,8 @@ def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = SIZE,
 
 def _us(ns):
     return None if ns is None else round(ns / 1000, 2)
+
+
+def size_text(size: int) -> str:
+    """A flow size for a title: ``"256 KiB"`` for whole KiB, else ``"4097 bytes"``."""
+    return f"{size // 1024} KiB" if size and size % 1024 == 0 else f"{size} bytes"

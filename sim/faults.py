@@ -50,6 +50,7 @@ __all__ = ["FaultSpec", "FaultInjector", "draw", "parse_spec", "KINDS", "run_see
 #: Fault kinds of a spec, in their canonical order (text form and table columns).
 KINDS = ("loss", "corrupt", "dup", "reorder", "jitter_ns", "trim", "flaps", "switches", "plane")
 _INT_KINDS = ("flaps", "switches")
+MAX_COUNT = 64          #: most link flaps / switch failures a run may draw
 _PROB_KINDS = ("loss", "corrupt", "dup", "reorder", "trim", "plane")
 
 
@@ -83,8 +84,9 @@ def _num(x) -> str:
 def parse_spec(text: str | None) -> FaultSpec:
     """Parse ``"kind=x,kind=lo:hi,..."`` into a :class:`FaultSpec`.
 
-    Raises ``ValueError`` for an unknown kind, a malformed, non-finite (nan, inf) or
-    negative value, a probability above 1, or ``lo > hi``.  ``None`` or ``""`` is the empty spec (no faults).
+    Raises ``ValueError`` for an unknown or repeated kind, a malformed, non-finite (nan,
+    inf) or negative value, a probability above 1, a count above :data:`MAX_COUNT`, or
+    ``lo > hi``.  ``None`` or ``""`` is the empty spec (no faults).
     """
     ranges = {}
     for item in (text or "").replace(" ", "").split(","):
@@ -95,6 +97,8 @@ def parse_spec(text: str | None) -> FaultSpec:
         kind, value = item.split("=", 1)
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r} (kinds: {', '.join(KINDS)})")
+        if kind in ranges:
+            raise ValueError(f"fault {kind} given twice")
         parts = value.split(":")
         if len(parts) > 2:
             raise ValueError(f"fault {kind}: {value!r} is not a value or a lo:hi range")
@@ -108,6 +112,8 @@ def parse_spec(text: str | None) -> FaultSpec:
             raise ValueError(f"fault {kind}: {value!r} is not a finite number")
         if lo < 0 or lo > hi:
             raise ValueError(f"fault {kind}: need 0 <= lo <= hi, got {value!r}")
+        if kind in _INT_KINDS and hi > MAX_COUNT:
+            raise ValueError(f"fault {kind}: at most {MAX_COUNT} per run, got {value!r}")
         if kind in _PROB_KINDS and hi > 1:
             raise ValueError(f"fault {kind}: a probability must be at most 1, got {value!r}")
         ranges[kind] = (lo, hi)

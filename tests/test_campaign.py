@@ -30,7 +30,8 @@ def test_spec_round_trip_and_errors():
     assert parse_spec(s.text()) == s
     assert s.ranges["flaps"] == (0, 2) and s.ranges["loss"] == (0.0, 0.05)
     for bad in ("loss", "nope=1", "loss=2", "loss=0.2:0.1", "flaps=0.5", "loss=-1", "loss=a",
-                "loss=nan", "loss=nan:nan", "loss=0:nan", "jitter_ns=0:inf", "corrupt=-inf:0"):
+                "loss=nan", "loss=nan:nan", "loss=0:nan", "jitter_ns=0:inf", "corrupt=-inf:0",
+                "loss=0.1,loss=0.2", "flaps=100000", "switches=0:65"):
         with pytest.raises(ValueError):
             parse_spec(bad)
     assert not parse_spec("") and not parse_spec("loss=0")
