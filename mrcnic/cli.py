@@ -535,7 +535,7 @@ def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, 
                         "per-flow throughput as a fraction of ideal")
     for col in ("condition", "mode", "mean", "min", "mean Gb/s", "min Gb/s", "p99 FCT us",
                 "p99 x healthy", "retx", "trimmed", "EV events", "exact", "wall s"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")     # narrow: fold, never "..."
     for r in res["runs"]:
         exact = r["complete"] and r["bytes_delivered"] == r["bytes_posted"] \
             and not r["bytes_mismatched"]
@@ -546,6 +546,9 @@ def bench_fabric_cmd(json_path, modes, conditions, size, seed, plot, simulator, 
                       str(r["retransmissions"]), str(r["trimmed"]), str(r["ev_events"]),
                       "yes" if exact else "NO", f"{r['wall_s']:.0f}")
     console.print(table)
+    for r in res["runs"]:
+        for w in r.get("warnings", []):
+            click.secho(f"warning: {r['mode']} / {r['condition']}: {w}", fg="yellow", err=True)
     if json_path:
         Path(json_path).write_text(json.dumps(res, indent=1))
         click.echo(f"wrote {json_path}")

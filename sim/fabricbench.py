@@ -120,7 +120,8 @@ def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = SIZE,
     Each run: ``mode, condition, complete, bytes_posted, bytes_delivered,
     bytes_mismatched, mean_frac_ideal, min_frac_ideal, mean_gbps, min_gbps, fct_p50_us,
     fct_p99_us, fct_max_us, p99_vs_healthy`` (None without a healthy run of that mode),
-    ``retransmissions, trimmed, ecn_marked, ev_events, wall_s, fcts_us`` (per flow) and
+    ``retransmissions, trimmed, ecn_marked, ev_events, wall_s, fcts_us`` (per flow),
+    ``warnings`` (the run's, e.g. a failure that no frame crossed) and
     ``flows`` (src, dst, fct_us, frac_ideal).  ``plot`` writes the FCT CDFs of every run
     (PNG).  ``progress(text)`` is called before each run.  Raises ``AssertionError`` when a
     simulation fails.
@@ -150,7 +151,7 @@ def run_fabric_bench(modes=MODES, conditions=CONDITIONS, *, size: int = SIZE,
                 retransmissions=rep["retransmissions"], trimmed=rep["trimmed"],
                 ecn_marked=rep["ecn_marked"], ev_events=len(rep["ev_events"]),
                 max_link_vs_ideal=round(st["max_vs_ideal"], 2),
-                failures=rep.get("failures"),
+                failures=rep.get("failures"), warnings=_warnings(rep, st),
                 wall_s=rep["sim"]["wall_s"], cycles=rep["sim"]["cycles"],
                 flows=[dict(src=f["src"], dst=f["dst"], fct_us=_us(f["fct_ns"]),
                             frac_ideal=round(f["frac_ideal"], 3)) for f in st["flows"]]))
@@ -181,3 +182,16 @@ def _us(ns):
 def size_text(size: int) -> str:
     """A flow size for a title: ``"256 KiB"`` for whole KiB, else ``"4097 bytes"``."""
     return f"{size // 1024} KiB" if size and size % 1024 == 0 else f"{size} bytes"
+
+
+def _warnings(rep: dict, st: dict) -> list[str]:
+    """The run's own warnings, and one for a link failure after every flow had completed
+    (a tiny ``--size``: the "failed" condition then tests nothing)."""
+    out = list(rep.get("warnings", []))
+    fcts = [f["fct_ns"] for f in st["flows"] if f["fct_ns"] is not None]
+    for f in rep.get("failures") or []:
+        if f.get("action") == "fail_link" and fcts and f["t_rel_ns"] > max(fcts):
+            out.append(f"{f['target']} failed at {f['t_rel_ns'] / 1000:.1f} us, after every "
+                       f"flow had completed ({max(fcts) / 1000:.1f} us): the failure tested "
+                       "nothing (a larger --size)")
+    return out
