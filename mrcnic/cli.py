@@ -569,7 +569,6 @@ def _run_bench(name, pipeline, bench_fn, packets, json_path, clock_mhz=125.0, bu
     """
     import json
 
-
     console = console_()
     with _build_dir(build_dir, keep, f"bench-{name}") as bdir:
         try:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import click
 
-__all__ = ["console", "CONFIG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_CODES",
-           "MrcnicGroup", "InputError", "RunFailed", "SIZE", "OUT_FILE", "OUT_DIR",
+__all__ = ["console", "CONFIG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED",
+           "EXIT_CODES", "MrcnicGroup", "InputError", "RunFailed", "SIZE", "OUT_FILE", "OUT_DIR",
            "parse_size", "check_output_file", "check_output_dir"]
 
 EXIT_OK = 0
@@ -218,10 +218,8 @@ def console(**kwargs):
     """A ``rich`` Console for the CLI's tables and progress: the terminal's width on a
     terminal; when the output is piped or redirected (rich would wrap at 80 columns, cutting
     the report tables' rows in two) 160; ``$COLUMNS`` wins when it is a number of at least
-    60 (smaller or malformed values are ignored: a width of 0 printed no report at all).  ``kwargs`` go to
-    ``rich.console.Console`` (e.g. ``stderr=True``)."""
-    import os
-
+    60 (smaller or malformed values are ignored: a width of 0 printed no report at all).
+    ``kwargs`` go to ``rich.console.Console`` (e.g. ``stderr=True``)."""
     from rich.console import Console
 
     stream = sys.stderr if kwargs.get("stderr") else sys.stdout

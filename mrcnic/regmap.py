@@ -449,7 +449,8 @@ def build_regmap(ports: int = 4, clock_mhz: int = 125, window: int = 256, region
     ])
     regs = [(f"RX_DROP_{r}", RO, _v(32), f"Frames dropped by the RX parser: {r}.", {})
             for r in DROP_REASONS]
-    rx = [("RX_ACCEPTED", "packets of every kind (data, ACK, probe) that passed the parsers' checks"),
+    rx = [("RX_ACCEPTED",
+           "packets of every kind (data, ACK, probe) that passed the parsers' checks"),
           ("RX_DUPLICATES", "duplicate packets"),
           ("RX_OUT_OF_WINDOW", "packets beyond the SACK window"),
           ("RX_COMPLETIONS", "messages completed"), ("RX_ACKS", "ACK/SACK frames requested"),

@@ -708,8 +708,8 @@ def run_cosim(scenario, *, size: int | None = None, test: bool = False, json_pat
         rep["flows"] = flow_stats(rep, sc)
     if plot:        # the throughput plot, and beside it <stem>-fct.png, <stem>-links.png
         p = Path(plot)
-        rep["plots"] = [str(p)] + ([str(p.with_name(p.stem + s)) for s in ("-fct.png", "-links.png")]
-                                   if rep.get("flows") else [])
+        extra = ("-fct.png", "-links.png") if rep.get("flows") else ()
+        rep["plots"] = [str(p)] + [str(p.with_name(p.stem + s)) for s in extra]
     if json_path:
         report_mod.write_json(rep, json_path)
     if plot:

@@ -54,7 +54,7 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.rtl.axi import Axi4Signature
 
 __all__ = ["HostMemAxi", "HdlHostMem", "HOSTMEM_MODULE", "RAM_MODULE", "PAGE_BYTES",
-           "hostmem_verilog", "ram_verilog", "ram_address_bits"]
+           "ROW_WORDS", "ROW_BYTES", "hostmem_verilog", "ram_verilog", "ram_address_bits"]
 
 HOSTMEM_MODULE = "mrcnic_hostmem"      #: Verilog module of :class:`HostMemAxi`
 RAM_MODULE = "mrcnic_hostmem_ram"      #: Verilog module of the storage (:func:`ram_verilog`)

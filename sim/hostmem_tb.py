@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.rtl.axi import Axi4Signature
 
-from .hostmem_hdl import (ADDR_WIDTH, DATA_WIDTH, ID_WIDTH, RAM_MODULE, HostMemAxi,
+from .hostmem_hdl import (ADDR_WIDTH, DATA_WIDTH, ID_WIDTH, RAM_MODULE, ROW_BYTES, HostMemAxi,
                           ram_address_bits)
 
 __all__ = ["HostMemPair", "MEM_SIZE", "MANAGER"]
@@ -166,16 +166,17 @@ if cocotb is not None:
         assert hdl.read(0, MEM_SIZE) == py.read(0, MEM_SIZE)
         # writes into one row of a NIC-written page in one timestep: each read sees them
         # and none is lost (the firmware's 4-byte words of a served run)
-        addr = written[0][0] // 64 * 64 + 64
+        rb = ROW_BYTES
+        addr = written[0][0] // rb * rb + rb
         for k in range(12):
             b = bytes([0x11 * (k % 15 + 1)] * rng.randrange(1, 5))
-            a = addr + rng.randrange(0, 60)
+            a = addr + rng.randrange(0, rb - 4)
             py.write(a, b)
             hdl.write(a, b)
             assert hdl.read(a, len(b)) == b
-        assert hdl.read(addr - 64, 192) == py.read(addr - 64, 192)
-        got = await master.read(addr - 64, 192)
-        assert got.data == py.read(addr - 64, 192)
+        assert hdl.read(addr - rb, 3 * rb) == py.read(addr - rb, 3 * rb)
+        got = await master.read(addr - rb, 3 * rb)
+        assert got.data == py.read(addr - rb, 3 * rb)
         assert beats["rvalid"] > 100 and beats["bvalid"] > 10, beats
         dut._log.info("hostmem pair: %d writes, %s cycles with R / B valid, identical",
                       len(written), beats)

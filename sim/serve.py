@@ -139,6 +139,8 @@ class SimCsrBridge:
                 self.board.write32(req.addr, req.value)
         except TransportError as exc:
             req.error = exc
+        except Exception as exc:        # noqa: BLE001 - answered, never raised into the loop
+            req.error = TransportError(req.op, req.addr, detail=f"simulation: {exc}")
         finally:
             req.done.set()
 

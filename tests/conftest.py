@@ -16,8 +16,8 @@ import os
 import pytest
 
 #: test modules whose simulations pay back a Verilator build (the co-simulation)
-VERILATOR_MODULES = {"test_sim", "test_serve", "test_serve_write", "test_serve_mrc", "test_simulators",
-                     "test_campaign"}
+VERILATOR_MODULES = {"test_sim", "test_serve", "test_serve_write", "test_serve_mrc",
+                     "test_simulators", "test_campaign"}
 
 
 @pytest.fixture(autouse=True)

@@ -41,3 +41,15 @@ def test_transport_settings():
         assert sc["cc"] == {"target_delay_ns": 21500, "initial_cwnd_bytes": 43008,
                             "max_cwnd_bytes": 65536}
         assert sc["reliability"]["ecn_hold"] == (12000 if mode == "mrc" else 0)
+
+
+def test_warns_of_a_failure_after_every_flow_completed():
+    from mrcnic.sim.fabricbench import _warnings
+
+    rep = dict(warnings=["w"], failures=[
+        dict(action="fail_link", target="p0.leaf0<->p0.spine0", t_rel_ns=6500.0)])
+    done = dict(flows=[dict(fct_ns=4700.0), dict(fct_ns=None)])
+    late = dict(flows=[dict(fct_ns=9000.0)])
+    got = _warnings(rep, done)
+    assert got[0] == "w" and len(got) == 2 and "after every flow had completed" in got[1]
+    assert _warnings(rep, late) == ["w"]

@@ -150,7 +150,7 @@ def test_docs_example_run_limits_cover_its_rto():
 
     sc = loads_scenario(_docs_example(), "my.toml", "my")
     assert "time_limit" not in sc and "stall_ns" not in sc
-    cfgs, tables = _resolve(sc)[2], _resolve(sc)[1]
+    _, tables, cfgs = _resolve(sc)
     ideal = ideal_times(sc, tables, cfgs[0].nic.pmtu)["ideal_ns"]
     rto = 1024 << sc["reliability"]["ack_timeout_exp"]
     assert rto > 4 * ideal - ideal                       # the old limit: before one RTO
